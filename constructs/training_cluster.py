@@ -1,0 +1,336 @@
+"""TrainingCluster: the EKS control plane, system nodes, add-ons and device plugins."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from llm_infra.constructs.gpu_node_group import EFA_LABEL, GPU_TAINT_KEY, NODE_ROLE_LABEL
+from llm_infra.constructs.nag import (
+    acknowledge,
+    attribute_finding,
+    managed_policy_finding,
+    use_aws_managed_policies,
+)
+
+from constructs import Construct
+from llm_infra.versions import EFA_DEVICE_PLUGIN, EKS_ADDONS, NVIDIA_DEVICE_PLUGIN, HelmChartPin
+
+ENDPOINT_ACCESS = {
+    "public-and-private": eks.EndpointAccess.PUBLIC_AND_PRIVATE,
+    "private": eks.EndpointAccess.PRIVATE,
+}
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def eks_version(version: str) -> eks.KubernetesVersion:
+    """The CDK version object for ``"1.34"``-style strings that this library supports."""
+    if version not in EKS_ADDONS:
+        raise ValueError(
+            f"kubernetes_version: {version!r} is not supported; allowed: {', '.join(EKS_ADDONS)}"
+        )
+    return eks.KubernetesVersion.of(version)
+
+
+def kubectl_layer(scope: Construct, version: str) -> lambda_.ILayerVersion:
+    """The kubectl/helm Lambda layer that matches the cluster's Kubernetes version."""
+    minor = version.split(".")[1]
+    module = importlib.import_module(f"aws_cdk.lambda_layer_kubectl_v{minor}")
+    layer_class = getattr(module, f"KubectlV{minor}Layer")
+    return layer_class(scope, "KubectlLayer")
+
+
+class TrainingCluster(Construct):
+    """An EKS cluster (``aws_eks_v2``) ready for GPU training.
+
+    - control plane in the private subnets, API_AND_CONFIG_MAP authentication with access entries,
+      secrets encrypted with a rotated KMS key, all control-plane log types on;
+    - a managed node group of system nodes (CoreDNS, operators);
+    - pinned EKS add-ons: vpc-cni (recent enough for ``efa-only`` interfaces), coredns, kube-proxy,
+      eks-pod-identity-agent, aws-fsx-csi-driver and amazon-cloudwatch-observability, the ones that
+      call AWS with their own Pod Identity role;
+    - pinned Helm charts: the NVIDIA device plugin (GPU nodes) and the AWS EFA device plugin (only
+      nodes labelled ``llm-infra.aws/efa=true``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        vpc: ec2.IVpc,
+        subnets: list[ec2.ISubnet],
+        kubernetes_version: str = "1.34",
+        system_instance_type: str = "m7i.xlarge",
+        system_nodes: int = 2,
+        endpoint_access: str = "public-and-private",
+        admin_role_arn: str | None = None,
+        cluster_name: str | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if endpoint_access not in ENDPOINT_ACCESS:
+            raise ValueError(
+                f"endpoint_access: {endpoint_access!r} is not allowed; allowed: {', '.join(ENDPOINT_ACCESS)}"
+            )
+        if system_nodes < 1:
+            raise ValueError(f"system_nodes: {system_nodes} must be >= 1")
+        if len(subnets) < 2:
+            raise ValueError(f"subnets: the EKS control plane needs subnets in two AZs, got {len(subnets)}")
+        self.kubernetes_version = kubernetes_version
+
+        self.secrets_key = kms.Key(
+            self, "SecretsKey", enable_key_rotation=True, description="EKS secrets envelope encryption"
+        )
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            version=eks_version(kubernetes_version),
+            cluster_name=cluster_name,
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnets=subnets)],
+            default_capacity=0,
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            endpoint_access=ENDPOINT_ACCESS[endpoint_access],
+            cluster_logging=[
+                eks.ClusterLoggingTypes.API,
+                eks.ClusterLoggingTypes.AUDIT,
+                eks.ClusterLoggingTypes.AUTHENTICATOR,
+                eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+                eks.ClusterLoggingTypes.SCHEDULER,
+            ],
+            secrets_encryption_key=self.secrets_key,
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=kubectl_layer(self, kubernetes_version), private_subnets=subnets
+            ),
+        )
+        cfn_cluster = self.cluster.node.default_child
+        assert isinstance(cfn_cluster, eks.CfnCluster)
+        cfn_cluster.add_property_override("AccessConfig.AuthenticationMode", "API_AND_CONFIG_MAP")
+        if admin_role_arn:
+            self.grant_cluster_admin("Admin", admin_role_arn)
+
+        self.system_nodegroup = self._system_nodegroup(system_instance_type, system_nodes)
+        self.addons = self._addons()
+        self.nvidia_device_plugin = self._helm(
+            "NvidiaDevicePlugin",
+            NVIDIA_DEVICE_PLUGIN,
+            {"nodeSelector": {NODE_ROLE_LABEL: "gpu"}, "tolerations": [GPU_TOLERATION]},
+        )
+        self.efa_device_plugin = self._helm(
+            "EfaDevicePlugin",
+            EFA_DEVICE_PLUGIN,
+            {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION]},
+        )
+        self._acknowledge_cdk_internals()
+
+    # ---- public API ---------------------------------------------------------------------------
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster.cluster_name
+
+    @property
+    def cluster_arn(self) -> str:
+        return self.cluster.cluster_arn
+
+    @property
+    def cluster_security_group(self) -> ec2.ISecurityGroup:
+        return self.cluster.cluster_security_group
+
+    def grant_cluster_admin(self, construct_id: str, principal_arn: str) -> None:
+        """Give an IAM principal cluster-admin through an EKS access entry."""
+        self.cluster.grant_access(
+            construct_id,
+            principal_arn,
+            [
+                eks.AccessPolicy.from_access_policy_name(
+                    "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                )
+            ],
+        )
+
+    def pod_identity_role(
+        self, construct_id: str, *, namespace: str, service_account: str, description: str
+    ) -> iam.Role:
+        """A role that only the given Kubernetes service account can assume, via EKS Pod Identity."""
+        role = iam.Role(
+            self,
+            f"{construct_id}Role",
+            assumed_by=iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL),
+            description=description,
+        )
+        assert role.assume_role_policy is not None
+        role.assume_role_policy.add_statements(
+            iam.PolicyStatement(
+                actions=["sts:TagSession"], principals=[iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)]
+            )
+        )
+        eks.CfnPodIdentityAssociation(
+            self,
+            f"{construct_id}PodIdentity",
+            cluster_name=self.cluster.cluster_name,
+            namespace=namespace,
+            service_account=service_account,
+            role_arn=role.role_arn,
+        )
+        return role
+
+    # ---- parts --------------------------------------------------------------------------------
+    def _system_nodegroup(self, instance_type: str, nodes: int) -> eks.Nodegroup:
+        role = iam.Role(
+            self,
+            "SystemNodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+        )
+        use_aws_managed_policies(
+            role,
+            ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly"],
+            "The documented minimum for EKS nodes; the CNI policy lives on a Pod Identity role.",
+        )
+        return self.cluster.add_nodegroup_capacity(
+            "SystemNodes",
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            instance_types=[ec2.InstanceType(instance_type)],
+            min_size=nodes,
+            desired_size=nodes,
+            max_size=max(nodes, 2 * nodes),
+            node_role=role,
+            labels={NODE_ROLE_LABEL: "system"},
+            enable_node_auto_repair=True,
+        )
+
+    def _addons(self) -> dict[str, eks.Addon]:
+        versions = EKS_ADDONS[self.kubernetes_version]
+        cni_role = self.pod_identity_role(
+            "VpcCni",
+            namespace="kube-system",
+            service_account="aws-node",
+            description="VPC CNI: manage ENIs and IPs of the nodes",
+        )
+        use_aws_managed_policies(
+            cni_role, ["AmazonEKS_CNI_Policy"], "The VPC CNI's documented, AWS-maintained policy."
+        )
+
+        fsx_role = self.pod_identity_role(
+            "FsxCsi",
+            namespace="kube-system",
+            service_account="fsx-csi-controller-sa",
+            description="FSx CSI controller: describe file systems for static volumes",
+        )
+        fsx_role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["fsx:DescribeFileSystems", "fsx:DescribeDataRepositoryAssociations"], resources=["*"]
+            )
+        )
+        acknowledge(
+            fsx_role,
+            "IAM5",
+            "fsx:Describe* actions do not support resource-level permissions.",
+            findings=["Resource::*"],
+        )
+
+        cw_role = self.pod_identity_role(
+            "CloudWatchAgent",
+            namespace="amazon-cloudwatch",
+            service_account="cloudwatch-agent",
+            description="CloudWatch agent: publish Container Insights metrics and logs",
+        )
+        use_aws_managed_policies(
+            cw_role,
+            ["CloudWatchAgentServerPolicy"],
+            "The CloudWatch agent's documented, AWS-maintained policy.",
+        )
+
+        addons: dict[str, eks.Addon] = {}
+        for name, version in versions.items():
+            addons[name] = eks.Addon(
+                self,
+                f"Addon-{name}",
+                cluster=self.cluster,
+                addon_name=name,
+                addon_version=version,
+                preserve_on_delete=False,
+            )
+        # CoreDNS and the CloudWatch agent need nodes to reach ACTIVE.
+        for name in ("coredns", "amazon-cloudwatch-observability", "aws-fsx-csi-driver"):
+            addons[name].node.add_dependency(self.system_nodegroup)
+        return addons
+
+    def _helm(self, construct_id: str, pin: HelmChartPin, values: dict[str, object]) -> eks.HelmChart:
+        return eks.HelmChart(
+            self,
+            construct_id,
+            cluster=self.cluster,
+            chart=pin.chart,
+            repository=pin.repository,
+            version=pin.version,
+            namespace=pin.namespace,
+            release=pin.chart,
+            values=values,
+        )
+
+    def _acknowledge_cdk_internals(self) -> None:
+        """Acknowledge, finding by finding, what aws_eks_v2 itself generates."""
+        acknowledge(
+            self.cluster.role,
+            "IAM4",
+            "AmazonEKSClusterPolicy is the EKS control plane's required, AWS-maintained policy.",
+            findings=[managed_policy_finding("AmazonEKSClusterPolicy")],
+        )
+        provider = self.cluster.node.find_child("KubectlProvider")
+        handler = provider.node.find_child("Handler")
+        has_ecr_public = handler.node.find_child("HasEcrPublic")
+        assert isinstance(has_ecr_public, cdk.CfnCondition)
+        conditional_ecr_public = json.dumps(
+            {
+                "Fn::If": [
+                    cdk.Stack.of(self).get_logical_id(has_ecr_public),
+                    {
+                        "Fn::Join": [
+                            "",
+                            [
+                                "arn:",
+                                {"Ref": "AWS::Partition"},
+                                ":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly",
+                            ],
+                        ]
+                    },
+                    {"Ref": "AWS::NoValue"},
+                ]
+            },
+            separators=(",", ":"),
+        )
+        lambda_policies = [
+            "service-role/AWSLambdaBasicExecutionRole",
+            "service-role/AWSLambdaVPCAccessExecutionRole",
+        ]
+        acknowledge(
+            provider,
+            "IAM4",
+            "aws_eks_v2's kubectl provider Lambdas run in the VPC with AWS-maintained Lambda execution "
+            "policies and pull the kubectl image layers read-only.",
+            findings=[
+                *(managed_policy_finding(name) for name in lambda_policies),
+                managed_policy_finding("AmazonEC2ContainerRegistryReadOnly"),
+                f"Policy::{conditional_ecr_public}",
+            ],
+        )
+        handler_function = handler.node.default_child
+        assert isinstance(handler_function, cdk.CfnResource)
+        acknowledge(
+            provider,
+            "IAM5",
+            "The custom-resource provider framework invokes the kubectl handler and its versions (ARN:*).",
+            findings=[attribute_finding(handler_function, "Arn", ":*")],
+        )
+        acknowledge(
+            provider,
+            "L1",
+            "The runtime of the custom-resource provider framework Lambda is pinned by aws-cdk-lib.",
+        )

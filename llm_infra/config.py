@@ -1,0 +1,315 @@
+"""The one typed configuration of the app, read from CDK context and validated in one place.
+
+Every key is flat snake_case so that ``cdk synth -c gpu_nodes=4`` works. Values given with ``-c``
+arrive as strings and are parsed here. Invalid input raises :class:`ConfigError` at synth time,
+naming each offending key and what it allows, before anything could be deployed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, get_type_hints
+
+from llm_infra.instance_types import INSTANCE_PROFILES, EfaLayout, InstanceProfile, instance_profile
+
+COMPUTE_MODES = ("eks",)
+KUBERNETES_VERSIONS = ("1.34", "1.35")
+GPU_CAPACITY_TYPES = ("on-demand", "capacity-reservation", "capacity-block")
+ENDPOINT_ACCESS = ("public-and-private", "private")
+FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2, MB/s per TiB
+
+# AZ IDs start with a region code: use1-az4 lies in us-east-1. Used to check gpu_az_id against
+# the region when one is configured, and by a CloudFormation rule at deploy time when not.
+AZ_ID_REGION_CODES = {
+    "use1": "us-east-1",
+    "use2": "us-east-2",
+    "usw1": "us-west-1",
+    "usw2": "us-west-2",
+    "cac1": "ca-central-1",
+    "sae1": "sa-east-1",
+    "euw1": "eu-west-1",
+    "euw2": "eu-west-2",
+    "euw3": "eu-west-3",
+    "euc1": "eu-central-1",
+    "eun1": "eu-north-1",
+    "euc2": "eu-central-2",
+    "aps1": "ap-south-1",
+    "apse1": "ap-southeast-1",
+    "apse2": "ap-southeast-2",
+    "apne1": "ap-northeast-1",
+    "apne2": "ap-northeast-2",
+    "apne3": "ap-northeast-3",
+}
+_AZ_ID = re.compile(r"^(?P<code>[a-z]{2,4}[a-z]?\d)-az(?P<n>\d{1,2})$")
+_CAPACITY_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8}([0-9a-f]{9})?$")
+_ACCOUNT = re.compile(r"^\d{12}$")
+_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_DLC_TAG = re.compile(r"^\d+\.\d+(\.\d+)?-gpu-py\d{2,3}-cu\d{3}-[a-z]+\d+\.\d+-(ec2|sagemaker)(-v[\w.-]+)?$")
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
+_CONTEXT_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names every bad key and what it allows."""
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Configuration of a training cluster. Field names are the CDK context keys."""
+
+    project_name: str = "llm-infra"
+    account: str | None = None
+    region: str | None = None
+    compute: str = "eks"
+    kubernetes_version: str = "1.34"
+    vpc_cidr: str = "10.0.0.0/16"
+    gpu_subnet_cidr: str = "10.1.0.0/16"
+    gpu_az_id: str = "use1-az4"
+    gpu_instance_type: str = "p5.48xlarge"
+    gpu_nodes: int = 2
+    gpu_nodes_min: int | None = None
+    gpu_nodes_max: int | None = None
+    gpu_capacity: str | None = None
+    capacity_reservation_id: str | None = None
+    efa: bool | None = None
+    efa_layout: str | None = None
+    gpu_root_volume_gib: int = 500
+    hugepages_2mib: int = 5120
+    system_instance_type: str = "m7i.xlarge"
+    system_nodes: int = 2
+    endpoint_access: str = "public-and-private"
+    admin_role_arn: str | None = None
+    fsx_storage_gib: int = 1200
+    fsx_throughput: int = 250
+    data_bucket: str | None = None
+    data_prefix: str = "datasets/"
+    dlc_image_tag: str = "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
+
+    # ---- derived values -------------------------------------------------------------------
+    @property
+    def gpu_profile(self) -> InstanceProfile:
+        return instance_profile(self.gpu_instance_type)
+
+    @property
+    def efa_enabled(self) -> bool:
+        return self.gpu_profile.efa_supported if self.efa is None else self.efa
+
+    @property
+    def nic_layout(self) -> EfaLayout:
+        return EfaLayout(self.efa_layout) if self.efa_layout else self.gpu_profile.default_efa_layout
+
+    @property
+    def gpu_min(self) -> int:
+        return self.gpu_nodes if self.gpu_nodes_min is None else self.gpu_nodes_min
+
+    @property
+    def gpu_max(self) -> int:
+        return self.gpu_nodes if self.gpu_nodes_max is None else self.gpu_nodes_max
+
+    @property
+    def capacity(self) -> str:
+        if self.gpu_capacity:
+            return self.gpu_capacity
+        return "capacity-reservation" if self.capacity_reservation_id else "on-demand"
+
+    @property
+    def gpu_az_region(self) -> str | None:
+        """The region that gpu_az_id belongs to, when its region code is known."""
+        match = _AZ_ID.match(self.gpu_az_id)
+        return AZ_ID_REGION_CODES.get(match["code"]) if match else None
+
+    # ---- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_context(cls, context: Mapping[str, Any]) -> TrainingConfig:
+        """Build and validate a config from CDK context (``cdk.json`` plus ``-c key=value``).
+
+        Keys that look like config keys (flat snake_case) but are not fields are errors, so a
+        typo such as ``-c gpu_node=4`` never passes silently. Other context (feature flags such as
+        ``@aws-cdk/...``, lookups such as ``availability-zones:...``) is left to CDK.
+        """
+        types = get_type_hints(cls)
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        errors: list[str] = []
+        for key, raw in context.items():
+            if not _CONTEXT_KEY.match(key):
+                continue
+            if key not in known:
+                errors.append(f"{key}: unknown config key; known keys: {', '.join(sorted(known))}")
+                continue
+            try:
+                values[key] = _parse(raw, types[key])
+            except ValueError as err:
+                errors.append(f"{key}: {err}")
+        config = cls(**values)
+        _raise_if_any(errors + _check(config))
+        return config
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` listing every invalid key, or return quietly."""
+        _raise_if_any(_check(self))
+
+    def with_(self, **changes: Any) -> TrainingConfig:
+        """A validated copy with some fields changed (handy in tests and user apps)."""
+        config = dataclasses.replace(self, **changes)
+        config.validate()
+        return config
+
+
+def _raise_if_any(errors: list[str]) -> None:
+    if errors:
+        raise ConfigError("invalid llm-infra configuration:\n  - " + "\n  - ".join(errors))
+
+
+def _parse(raw: Any, annotation: Any) -> Any:
+    """Parse a context value (a JSON value from cdk.json, or a string from ``-c``)."""
+    text = str(annotation)
+    optional = "None" in text
+    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+        if not optional:
+            raise ValueError("a value is required")
+        return None
+    if "bool" in text:
+        if isinstance(raw, bool):
+            return raw
+        lowered = str(raw).strip().lower()
+        if lowered in ("true", "yes", "1", "on"):
+            return True
+        if lowered in ("false", "no", "0", "off"):
+            return False
+        raise ValueError(f"expected true or false, got {raw!r}")
+    if "int" in text:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected an integer, got {raw!r}")
+        if isinstance(raw, int):
+            return raw
+        try:
+            return int(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"expected an integer, got {raw!r}") from None
+    return str(raw).strip()
+
+
+def _one_of(key: str, value: Any, allowed: tuple[Any, ...]) -> list[str]:
+    if value in allowed:
+        return []
+    return [f"{key}: {value!r} is not allowed; allowed: {', '.join(map(str, allowed))}"]
+
+
+def _check(c: TrainingConfig) -> list[str]:
+    errors: list[str] = []
+    if not re.fullmatch(r"[a-z][a-z0-9-]{1,30}", c.project_name):
+        errors.append(f"project_name: {c.project_name!r} must be 2-31 chars of a-z, 0-9, '-'")
+    if c.account is not None and not _ACCOUNT.match(c.account):
+        errors.append(f"account: {c.account!r} must be a 12-digit AWS account id")
+    if c.region is not None and not _REGION.match(c.region):
+        errors.append(f"region: {c.region!r} is not an AWS region name such as us-east-1")
+    errors += _one_of("compute", c.compute, COMPUTE_MODES)
+    errors += _one_of("kubernetes_version", c.kubernetes_version, KUBERNETES_VERSIONS)
+    errors += _one_of("endpoint_access", c.endpoint_access, ENDPOINT_ACCESS)
+    errors += _check_network(c)
+    errors += _check_gpu_nodes(c)
+    if c.system_nodes < 1:
+        errors.append(f"system_nodes: {c.system_nodes} must be >= 1 (CoreDNS and the operators run there)")
+    if c.gpu_root_volume_gib < 100:
+        errors.append(f"gpu_root_volume_gib: {c.gpu_root_volume_gib} must be >= 100 (DLC images are ~20 GiB)")
+    if c.hugepages_2mib < 0:
+        errors.append(f"hugepages_2mib: {c.hugepages_2mib} must be >= 0")
+    if c.admin_role_arn is not None and not _ROLE_ARN.match(c.admin_role_arn):
+        errors.append(f"admin_role_arn: {c.admin_role_arn!r} must be an IAM role ARN")
+    errors += _check_storage(c)
+    if not c.dlc_image_tag:
+        errors.append("dlc_image_tag: required, e.g. 2.8.0-gpu-py312-cu129-ubuntu22.04-ec2")
+    elif not _DLC_TAG.match(c.dlc_image_tag):
+        errors.append(
+            f"dlc_image_tag: {c.dlc_image_tag!r} is not a DLC pytorch-training GPU tag such as "
+            "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
+        )
+    return errors
+
+
+def _check_network(c: TrainingConfig) -> list[str]:
+    errors: list[str] = []
+    match = _AZ_ID.match(c.gpu_az_id)
+    if not match:
+        errors.append(
+            f"gpu_az_id: {c.gpu_az_id!r} is not an AZ ID such as use1-az4 "
+            "(an AZ ID, not an AZ name like us-east-1a)"
+        )
+    elif c.region and c.gpu_az_region and c.gpu_az_region != c.region:
+        errors.append(f"gpu_az_id: {c.gpu_az_id!r} lies in {c.gpu_az_region}, not in region {c.region}")
+    nets = {}
+    for key in ("vpc_cidr", "gpu_subnet_cidr"):
+        try:
+            net = ipaddress.IPv4Network(getattr(c, key))
+        except ValueError as err:
+            errors.append(f"{key}: {err}")
+            continue
+        if not net.is_private or not 16 <= net.prefixlen <= 20:
+            errors.append(f"{key}: {net} must be a private (RFC 1918) block between /16 and /20")
+        nets[key] = net
+    if len(nets) == 2 and nets["vpc_cidr"].overlaps(nets["gpu_subnet_cidr"]):
+        errors.append(f"gpu_subnet_cidr: {nets['gpu_subnet_cidr']} overlaps vpc_cidr {nets['vpc_cidr']}")
+    return errors
+
+
+def _check_gpu_nodes(c: TrainingConfig) -> list[str]:
+    errors: list[str] = []
+    if c.gpu_instance_type.removeprefix("ml.") not in INSTANCE_PROFILES:
+        errors.append(
+            f"gpu_instance_type: {c.gpu_instance_type!r} is not supported; allowed: "
+            + ", ".join(sorted(INSTANCE_PROFILES))
+        )
+    elif c.efa and not c.gpu_profile.efa_supported:
+        efa_types = sorted(p.instance_type for p in INSTANCE_PROFILES.values() if p.efa_supported)
+        errors.append(
+            f"efa: {c.gpu_instance_type} has no EFA; set efa=false or pick one of: {', '.join(efa_types)}"
+        )
+    if c.efa_layout is not None:
+        errors += _one_of("efa_layout", c.efa_layout, tuple(layout.value for layout in EfaLayout))
+    if c.gpu_nodes < 1:
+        errors.append(f"gpu_nodes: {c.gpu_nodes} must be >= 1")
+    if c.gpu_nodes_min is not None and c.gpu_nodes_min < 0:
+        errors.append(f"gpu_nodes_min: {c.gpu_nodes_min} must be >= 0")
+    if c.gpu_nodes_max is not None and c.gpu_nodes_max < 1:
+        errors.append(f"gpu_nodes_max: {c.gpu_nodes_max} must be >= 1")
+    if c.gpu_min > c.gpu_max:
+        errors.append(f"gpu_nodes_min: {c.gpu_min} is greater than gpu_nodes_max {c.gpu_max}")
+    elif not c.gpu_min <= c.gpu_nodes <= c.gpu_max:
+        errors.append(
+            f"gpu_nodes: {c.gpu_nodes} must lie within gpu_nodes_min..gpu_nodes_max "
+            f"({c.gpu_min}..{c.gpu_max})"
+        )
+    if c.gpu_capacity is not None:
+        errors += _one_of("gpu_capacity", c.gpu_capacity, GPU_CAPACITY_TYPES)
+    if c.capacity_reservation_id is not None and not _CAPACITY_RESERVATION_ID.match(
+        c.capacity_reservation_id
+    ):
+        errors.append(
+            f"capacity_reservation_id: {c.capacity_reservation_id!r} must look like cr-0123456789abcdef0"
+        )
+    if c.capacity in ("capacity-reservation", "capacity-block") and not c.capacity_reservation_id:
+        errors.append(f"capacity_reservation_id: required when gpu_capacity is {c.capacity}")
+    if c.capacity == "on-demand" and c.capacity_reservation_id:
+        errors.append("gpu_capacity: on-demand contradicts capacity_reservation_id; use capacity-reservation")
+    return errors
+
+
+def _check_storage(c: TrainingConfig) -> list[str]:
+    errors: list[str] = []
+    size = c.fsx_storage_gib
+    if not (size == 1200 or (size > 0 and size % 2400 == 0)):
+        errors.append(
+            f"fsx_storage_gib: {size} is not allowed for PERSISTENT_2; allowed: 1200 or a multiple of 2400"
+        )
+    errors += _one_of("fsx_throughput", c.fsx_throughput, FSX_THROUGHPUTS)
+    if c.data_bucket is not None and not _BUCKET.match(c.data_bucket):
+        errors.append(f"data_bucket: {c.data_bucket!r} is not a valid S3 bucket name")
+    if c.data_prefix.startswith("/") or not c.data_prefix.endswith("/"):
+        errors.append(f"data_prefix: {c.data_prefix!r} must be a key prefix ending in '/', e.g. datasets/")
+    return errors

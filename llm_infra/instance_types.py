@@ -1,0 +1,72 @@
+"""GPU instance profiles: the facts the constructs and charts derive NICs, GPUs and EFA from.
+
+Network-card counts and EFA support follow the EC2 instance-type documentation
+(``aws ec2 describe-instance-types --query 'InstanceTypes[].NetworkInfo'``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class EfaLayout(StrEnum):
+    """How a launch template lays out the network interfaces of a multi-card instance.
+
+    ``EFA_ONLY`` is the current EC2 guidance (2024+): an ENA primary interface on card 0 /
+    device 0, an ``efa-only`` interface on card 0 / device 1, and one ``efa-only`` interface on
+    device 0 of every further card. IP traffic stays on the ENA interface and no IPs are spent on
+    the EFA interfaces. ``EFA_LEGACY`` is the earlier layout: one ``efa`` (EFA with ENA)
+    interface per card, device 0 on card 0 and device 1 on the others.
+    """
+
+    EFA_ONLY = "efa-only"
+    EFA_LEGACY = "efa-legacy"
+
+
+@dataclass(frozen=True)
+class InstanceProfile:
+    """What a GPU instance type offers to a training job."""
+
+    instance_type: str
+    gpus: int
+    gpu_model: str
+    gpu_memory_gib: int
+    network_cards: int
+    efa_interfaces: int
+    default_efa_layout: EfaLayout
+
+    @property
+    def efa_supported(self) -> bool:
+        return self.efa_interfaces > 0
+
+    @property
+    def family(self) -> str:
+        return self.instance_type.split(".", 1)[0]
+
+
+_PROFILES = [
+    InstanceProfile("p4d.24xlarge", 8, "A100-40GB", 40, 4, 4, EfaLayout.EFA_LEGACY),
+    InstanceProfile("p4de.24xlarge", 8, "A100-80GB", 80, 4, 4, EfaLayout.EFA_LEGACY),
+    InstanceProfile("p5.48xlarge", 8, "H100", 80, 32, 32, EfaLayout.EFA_ONLY),
+    InstanceProfile("p5e.48xlarge", 8, "H200", 141, 32, 32, EfaLayout.EFA_ONLY),
+    InstanceProfile("p5en.48xlarge", 8, "H200", 141, 16, 16, EfaLayout.EFA_ONLY),
+    InstanceProfile("g5.12xlarge", 4, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY),
+    InstanceProfile("g5.48xlarge", 8, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY),
+    InstanceProfile("g5.2xlarge", 1, "A10G", 24, 1, 0, EfaLayout.EFA_LEGACY),
+    InstanceProfile("g6e.12xlarge", 4, "L40S", 48, 1, 1, EfaLayout.EFA_ONLY),
+    InstanceProfile("g6e.48xlarge", 8, "L40S", 48, 4, 4, EfaLayout.EFA_ONLY),
+    InstanceProfile("g6e.2xlarge", 1, "L40S", 48, 1, 0, EfaLayout.EFA_ONLY),
+]
+
+INSTANCE_PROFILES: dict[str, InstanceProfile] = {p.instance_type: p for p in _PROFILES}
+
+
+def instance_profile(instance_type: str) -> InstanceProfile:
+    """The profile of a supported GPU instance type; ``ml.`` (SageMaker) names are accepted."""
+    name = instance_type.removeprefix("ml.")
+    try:
+        return INSTANCE_PROFILES[name]
+    except KeyError:
+        allowed = ", ".join(sorted(INSTANCE_PROFILES))
+        raise ValueError(f"unknown GPU instance type {instance_type!r}; supported: {allowed}") from None
