@@ -24,7 +24,7 @@ synth: $(STAMP)
 	npx cdk synth --no-notices --no-version-reporting --quiet
 	$(BIN)/python -m llm_infra.synth_summary cdk.out
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)

@@ -19,8 +19,9 @@ class LustreStorage(Construct):
     - LZ4 compression, Lustre 2.15, ``RETAIN`` on stack update or delete;
     - a data repository association that maps ``file_system_path`` to ``s3://bucket/prefix`` with
       automatic import and export of new, changed and deleted objects;
-    - its own security group with TCP 988 and 1018-1023 open between its servers and to every
-      client passed to :meth:`allow_clients`.
+    - its own security group: the L2 file system opens 988-1023 between its own servers, and
+      :meth:`allow_clients` opens exactly TCP 988 and 1018-1023 to clients (ingress here, and
+      egress on the client's group when that group restricts egress, as the EFA group does).
     """
 
     def __init__(
@@ -55,8 +56,6 @@ class LustreStorage(Construct):
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=vpc, description="FSx for Lustre: LNET between servers and clients"
         )
-        for port in LUSTRE_PORTS:
-            self.security_group.add_ingress_rule(self.security_group, port, "Lustre between file servers")
 
         self.file_system = fsx.LustreFileSystem(
             self,

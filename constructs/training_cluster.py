@@ -162,14 +162,9 @@ class TrainingCluster(Construct):
         role = iam.Role(
             self,
             f"{construct_id}Role",
-            assumed_by=iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL),
+            # EKS Pod Identity needs sts:TagSession besides sts:AssumeRole.
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)),
             description=description,
-        )
-        assert role.assume_role_policy is not None
-        role.assume_role_policy.add_statements(
-            iam.PolicyStatement(
-                actions=["sts:TagSession"], principals=[iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)]
-            )
         )
         eks.CfnPodIdentityAssociation(
             self,
@@ -252,7 +247,7 @@ class TrainingCluster(Construct):
             addons[name] = eks.Addon(
                 self,
                 f"Addon-{name}",
-                cluster=self.cluster,
+                cluster=self.cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
                 addon_name=name,
                 addon_version=version,
                 preserve_on_delete=False,
@@ -266,7 +261,7 @@ class TrainingCluster(Construct):
         return eks.HelmChart(
             self,
             construct_id,
-            cluster=self.cluster,
+            cluster=self.cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
             chart=pin.chart,
             repository=pin.repository,
             version=pin.version,

@@ -278,13 +278,12 @@ def _check_gpu_nodes(c: TrainingConfig) -> list[str]:
         errors.append(f"gpu_nodes_min: {c.gpu_nodes_min} must be >= 0")
     if c.gpu_nodes_max is not None and c.gpu_nodes_max < 1:
         errors.append(f"gpu_nodes_max: {c.gpu_nodes_max} must be >= 1")
-    if c.gpu_min > c.gpu_max:
-        errors.append(f"gpu_nodes_min: {c.gpu_min} is greater than gpu_nodes_max {c.gpu_max}")
-    elif not c.gpu_min <= c.gpu_nodes <= c.gpu_max:
-        errors.append(
-            f"gpu_nodes: {c.gpu_nodes} must lie within gpu_nodes_min..gpu_nodes_max "
-            f"({c.gpu_min}..{c.gpu_max})"
-        )
+    if c.gpu_nodes_min is not None and c.gpu_nodes_max is not None and c.gpu_nodes_min > c.gpu_nodes_max:
+        errors.append(f"gpu_nodes_min: {c.gpu_nodes_min} is greater than gpu_nodes_max {c.gpu_nodes_max}")
+    elif c.gpu_nodes > c.gpu_max:
+        errors.append(f"gpu_nodes: {c.gpu_nodes} is greater than gpu_nodes_max {c.gpu_max}")
+    elif c.gpu_nodes < c.gpu_min:
+        errors.append(f"gpu_nodes: {c.gpu_nodes} is less than gpu_nodes_min {c.gpu_min}")
     if c.gpu_capacity is not None:
         errors += _one_of("gpu_capacity", c.gpu_capacity, GPU_CAPACITY_TYPES)
     if c.capacity_reservation_id is not None and not _CAPACITY_RESERVATION_ID.match(

@@ -1,0 +1,69 @@
+"""Shared fixtures: synthesize the app once per configuration and hand out the templates."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from llm_infra.stacks.training_app import add_training_stacks
+
+from llm_infra.config import TrainingConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_CRDS = REPO_ROOT.parent / "shared" / "crds"
+
+_ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
+
+
+class Synthesized:
+    """The cloud assembly of one app synthesis: templates by stack name, plus the output folder."""
+
+    def __init__(self, outdir: Path, templates: dict[str, dict[str, Any]]) -> None:
+        self.outdir = outdir
+        self.templates = templates
+
+    def template(self, suffix: str) -> dict[str, Any]:
+        (name,) = [n for n in self.templates if n.endswith(suffix)]
+        return self.templates[name]
+
+    def resources(self, suffix: str, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.template(suffix)["Resources"].items() if v["Type"] == resource_type}
+
+
+_cache: dict[TrainingConfig, Synthesized] = {}
+
+
+def synthesize(config: TrainingConfig, outdir: Path) -> Synthesized:
+    """Synthesize the default app for ``config`` with cdk-nag on (unacknowledged findings raise)."""
+    if config not in _cache:
+        app = cdk.App(outdir=str(outdir))
+        add_training_stacks(app, config)
+        assembly = app.synth()
+        templates = {stack.stack_name: stack.template for stack in assembly.stacks}
+        _cache[config] = Synthesized(outdir, templates)
+    return _cache[config]
+
+
+def normalize(template: dict[str, Any]) -> dict[str, Any]:
+    """A template with asset hashes replaced, so snapshots only change when the infrastructure does."""
+    return json.loads(_ASSET_HASH.sub("<asset-hash>", json.dumps(template, sort_keys=True)))
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory):
+    """``synth(config)`` -> :class:`Synthesized`, cached for the whole session."""
+
+    def _synth(config: TrainingConfig | None = None) -> Synthesized:
+        config = config or TrainingConfig()
+        return synthesize(config, tmp_path_factory.mktemp("cdk.out"))
+
+    return _synth
+
+
+@pytest.fixture(scope="session")
+def default_app(synth) -> Synthesized:
+    return synth(TrainingConfig())
