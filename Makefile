@@ -10,7 +10,12 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test lint clean
+# AWS publishes the HyperPod dependencies chart only in this repository (pinned commit).
+HYPERPOD_CLI_REPO := https://github.com/aws/sagemaker-hyperpod-cli.git
+HYPERPOD_CLI_COMMIT := 067d658b2d5c3d347afbadd75e1425214e965dcb
+HYPERPOD_CLI_DIR := .cache/sagemaker-hyperpod-cli
+
+.PHONY: setup synth test lint clean hyperpod-chart
 
 setup: $(STAMP)
 
@@ -31,6 +36,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy llm_infra constructs stacks
+
+# For compute=hyperpod: fetch the HyperPod dependencies chart (needs git, helm and GitHub access).
+hyperpod-chart:
+	@command -v helm >/dev/null || { echo "hyperpod-chart needs the helm CLI: https://helm.sh/docs/intro/install/"; exit 1; }
+	test -d $(HYPERPOD_CLI_DIR)/.git || git clone --quiet --filter=blob:none $(HYPERPOD_CLI_REPO) $(HYPERPOD_CLI_DIR)
+	git -C $(HYPERPOD_CLI_DIR) checkout --quiet $(HYPERPOD_CLI_COMMIT)
+	helm dependency build $(HYPERPOD_CLI_DIR)/helm_chart/HyperPodHelmChart
 
 clean:
 	rm -rf cdk.out $(VENV) node_modules

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from aws_cdk import aws_ec2 as ec2
-
 from constructs import Construct
 
 

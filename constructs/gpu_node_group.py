@@ -6,15 +6,13 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from constructs import Construct
+
 from llm_infra.constructs.nag import use_aws_managed_policies
 from llm_infra.constructs.nic_layout import network_interfaces
-
-from constructs import Construct
 from llm_infra.instance_types import EfaLayout, InstanceProfile
+from llm_infra.node_labels import EFA_LABEL, GPU_TAINT_KEY, NODE_ROLE_LABEL
 
-GPU_TAINT_KEY = "nvidia.com/gpu"
-NODE_ROLE_LABEL = "llm-infra.aws/node-role"
-EFA_LABEL = "llm-infra.aws/efa"
 CAPACITY_TYPES = ("on-demand", "capacity-reservation", "capacity-block")
 
 
@@ -72,9 +70,7 @@ class GpuNodeGroup(Construct):
         if self.efa_enabled and not profile.efa_supported:
             raise ValueError(f"efa_security_group: {profile.instance_type} has no EFA; pass None")
 
-        self.placement_group = ec2.PlacementGroup(
-            self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER
-        )
+        self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
         self.node_role = self._node_role()
         self.launch_template = self._launch_template(
             security_groups,
@@ -157,9 +153,7 @@ class GpuNodeGroup(Construct):
                     ),
                 )
             ],
-            placement=ec2.CfnLaunchTemplate.PlacementProperty(
-                group_name=self.placement_group.placement_group_name
-            ),
+            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name),
             user_data=cdk.Fn.base64(_user_data(hugepages_2mib)),
             capacity_reservation_specification=(
                 ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
@@ -175,9 +169,7 @@ class GpuNodeGroup(Construct):
                 if capacity == "capacity-block"
                 else None
             ),
-            security_group_ids=(
-                None if efa_security_group else [sg.security_group_id for sg in security_groups]
-            ),
+            security_group_ids=(None if efa_security_group else [sg.security_group_id for sg in security_groups]),
         )
         template = ec2.CfnLaunchTemplate(self, "LaunchTemplate", launch_template_data=data)
         if efa_security_group is not None:

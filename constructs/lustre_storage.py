@@ -6,7 +6,6 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
-
 from constructs import Construct
 
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
@@ -38,9 +37,7 @@ class LustreStorage(Construct):
         throughput_per_tib: int = 250,
     ) -> None:
         super().__init__(scope, construct_id)
-        if not (
-            storage_capacity_gib == 1200 or (storage_capacity_gib > 0 and storage_capacity_gib % 2400 == 0)
-        ):
+        if not (storage_capacity_gib == 1200 or (storage_capacity_gib > 0 and storage_capacity_gib % 2400 == 0)):
             raise ValueError(
                 f"storage_capacity_gib: {storage_capacity_gib} is not allowed for PERSISTENT_2; "
                 "allowed: 1200 or a multiple of 2400"

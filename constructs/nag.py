@@ -11,7 +11,6 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-
 from constructs import IConstruct
 
 
@@ -22,9 +21,7 @@ def acknowledge(scope: IConstruct, rule: str, reason: str, *, findings: list[str
     """
     if len(reason) < 20:
         raise ValueError(f"reason for AwsSolutions-{rule} must explain the exception, got {reason!r}")
-    ids = (
-        [f"AwsSolutions-{rule}[{finding}]" for finding in findings] if findings else [f"AwsSolutions-{rule}"]
-    )
+    ids = [f"AwsSolutions-{rule}[{finding}]" for finding in findings] if findings else [f"AwsSolutions-{rule}"]
     cdk.Validations.of(scope).acknowledge(*(cdk.Acknowledgment(id=id_, reason=reason) for id_ in ids))
 
 
@@ -52,3 +49,16 @@ def use_aws_managed_policies(role: iam.Role, names: list[str], reason: str) -> N
     for name in names:
         role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(name))
     acknowledge(role, "IAM4", reason, findings=[managed_policy_finding(name) for name in names])
+
+
+# The actions that aws-cdk-lib's own grant_read / grant_read_write expand to (asset reads, copies).
+CDK_S3_READ_FINDINGS = ["Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*"]
+CDK_S3_WRITE_FINDINGS = ["Action::s3:DeleteObject*", "Action::s3:Abort*"]
+
+
+def asset_bucket_objects_finding(scope: IConstruct) -> str:
+    """The IAM5 finding of the CDK bootstrap assets bucket's objects (``cdk bootstrap`` creates it)."""
+    qualifier = (
+        scope.node.try_get_context("@aws-cdk/core:bootstrapQualifier") or cdk.DefaultStackSynthesizer.DEFAULT_QUALIFIER
+    )
+    return f"Resource::arn:<AWS::Partition>:s3:::cdk-{qualifier}-assets-<AWS::AccountId>-<AWS::Region>/*"

@@ -29,9 +29,7 @@ def network_interfaces(
         # ENA primary, then one efa-only interface per card (card 0 on device 1).
         interfaces.append(_interface(0, 0, None, primary_groups))
         interfaces.append(_interface(0, 1, "efa-only", efa_groups))
-        interfaces += [
-            _interface(card, 0, "efa-only", efa_groups) for card in range(1, profile.efa_interfaces)
-        ]
+        interfaces += [_interface(card, 0, "efa-only", efa_groups) for card in range(1, profile.efa_interfaces)]
     elif layout is EfaLayout.EFA_LEGACY:
         interfaces.append(_interface(0, 0, "efa", primary_groups))
         interfaces += [_interface(card, 1, "efa", efa_groups) for card in range(1, profile.efa_interfaces)]

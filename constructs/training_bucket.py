@@ -5,9 +5,9 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from llm_infra.constructs.nag import acknowledge
-
 from constructs import Construct
+
+from llm_infra.constructs.nag import acknowledge
 
 READ_OBJECT_ACTIONS = ["s3:GetObject", "s3:GetObjectVersion"]
 READ_WRITE_OBJECT_ACTIONS = [
@@ -84,9 +84,7 @@ class TrainingBucket(Construct):
         return grant(grantee, object_access_statements(self.bucket, key_prefix, READ_WRITE_OBJECT_ACTIONS))
 
 
-def object_access_statements(
-    bucket: s3.IBucket, key_prefix: str, actions: list[str]
-) -> list[iam.PolicyStatement]:
+def object_access_statements(bucket: s3.IBucket, key_prefix: str, actions: list[str]) -> list[iam.PolicyStatement]:
     """``actions`` on the objects below ``key_prefix``, and listing of that prefix only."""
     return [
         iam.PolicyStatement(

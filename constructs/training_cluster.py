@@ -11,15 +11,15 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
-from llm_infra.constructs.gpu_node_group import EFA_LABEL, GPU_TAINT_KEY, NODE_ROLE_LABEL
+from constructs import Construct
+
 from llm_infra.constructs.nag import (
     acknowledge,
     attribute_finding,
     managed_policy_finding,
     use_aws_managed_policies,
 )
-
-from constructs import Construct
+from llm_infra.node_labels import EFA_LABEL, GPU_TOLERATION, HEALTH_STATUS_TOLERATION, NODE_ROLE_LABEL
 from llm_infra.versions import EFA_DEVICE_PLUGIN, EKS_ADDONS, NVIDIA_DEVICE_PLUGIN, HelmChartPin
 
 ENDPOINT_ACCESS = {
@@ -27,15 +27,12 @@ ENDPOINT_ACCESS = {
     "private": eks.EndpointAccess.PRIVATE,
 }
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
-GPU_TOLERATION = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 
 
 def eks_version(version: str) -> eks.KubernetesVersion:
     """The CDK version object for ``"1.34"``-style strings that this library supports."""
     if version not in EKS_ADDONS:
-        raise ValueError(
-            f"kubernetes_version: {version!r} is not supported; allowed: {', '.join(EKS_ADDONS)}"
-        )
+        raise ValueError(f"kubernetes_version: {version!r} is not supported; allowed: {', '.join(EKS_ADDONS)}")
     return eks.KubernetesVersion.of(version)
 
 
@@ -121,12 +118,15 @@ class TrainingCluster(Construct):
         self.nvidia_device_plugin = self._helm(
             "NvidiaDevicePlugin",
             NVIDIA_DEVICE_PLUGIN,
-            {"nodeSelector": {NODE_ROLE_LABEL: "gpu"}, "tolerations": [GPU_TOLERATION]},
+            {
+                "nodeSelector": {NODE_ROLE_LABEL: "gpu"},
+                "tolerations": [GPU_TOLERATION, HEALTH_STATUS_TOLERATION],
+            },
         )
         self.efa_device_plugin = self._helm(
             "EfaDevicePlugin",
             EFA_DEVICE_PLUGIN,
-            {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION]},
+            {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION, HEALTH_STATUS_TOLERATION]},
         )
         self._acknowledge_cdk_internals()
 
@@ -208,9 +208,7 @@ class TrainingCluster(Construct):
             service_account="aws-node",
             description="VPC CNI: manage ENIs and IPs of the nodes",
         )
-        use_aws_managed_policies(
-            cni_role, ["AmazonEKS_CNI_Policy"], "The VPC CNI's documented, AWS-maintained policy."
-        )
+        use_aws_managed_policies(cni_role, ["AmazonEKS_CNI_Policy"], "The VPC CNI's documented, AWS-maintained policy.")
 
         fsx_role = self.pod_identity_role(
             "FsxCsi",

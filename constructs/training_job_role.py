@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from aws_cdk import aws_iam as iam
-from llm_infra.constructs.training_cluster import TrainingCluster
-
 from constructs import Construct
+
+from llm_infra.constructs.training_cluster import TrainingCluster
 
 
 class TrainingJobRole(Construct):

@@ -12,12 +12,14 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any, get_type_hints
 
 from llm_infra.instance_types import INSTANCE_PROFILES, EfaLayout, InstanceProfile, instance_profile
 
-COMPUTE_MODES = ("eks",)
+COMPUTE_MODES = ("eks", "hyperpod")
 KUBERNETES_VERSIONS = ("1.34", "1.35")
+HYPERPOD_KUBERNETES_VERSIONS = ("1.34",)  # HyperPod supports EKS up to 1.34 (of the versions above)
 GPU_CAPACITY_TYPES = ("on-demand", "capacity-reservation", "capacity-block")
 ENDPOINT_ACCESS = ("public-and-private", "private")
 FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2, MB/s per TiB
@@ -51,6 +53,8 @@ _REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DLC_TAG = re.compile(r"^\d+\.\d+(\.\d+)?-gpu-py\d{2,3}-cu\d{3}-[a-z]+\d+\.\d+-(ec2|sagemaker)(-v[\w.-]+)?$")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
+# `make hyperpod-chart` puts AWS's HyperPod dependencies chart here (pinned commit in the Makefile).
+HYPERPOD_HELM_CHART_DEFAULT = ".cache/sagemaker-hyperpod-cli/helm_chart/HyperPodHelmChart"
 _CONTEXT_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -89,6 +93,12 @@ class TrainingConfig:
     data_bucket: str | None = None
     data_prefix: str = "datasets/"
     dlc_image_tag: str = "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
+    hyperpod_node_recovery: str = "Automatic"
+    hyperpod_deep_health_checks: str = "InstanceStress,InstanceConnectivity"
+    hyperpod_cpu_nodes: int = 0
+    hyperpod_training_plan_arn: str | None = None
+    hyperpod_tiered_checkpointing_percent: int | None = None
+    hyperpod_helm_chart: str = HYPERPOD_HELM_CHART_DEFAULT
 
     # ---- derived values -------------------------------------------------------------------
     @property
@@ -116,6 +126,10 @@ class TrainingConfig:
         if self.gpu_capacity:
             return self.gpu_capacity
         return "capacity-reservation" if self.capacity_reservation_id else "on-demand"
+
+    @property
+    def hyperpod_health_checks(self) -> tuple[str, ...]:
+        return tuple(c.strip() for c in self.hyperpod_deep_health_checks.split(",") if c.strip())
 
     @property
     def gpu_az_region(self) -> str | None:
@@ -223,6 +237,8 @@ def _check(c: TrainingConfig) -> list[str]:
     if c.admin_role_arn is not None and not _ROLE_ARN.match(c.admin_role_arn):
         errors.append(f"admin_role_arn: {c.admin_role_arn!r} must be an IAM role ARN")
     errors += _check_storage(c)
+    if c.compute == "hyperpod":
+        errors += _check_hyperpod(c)
     if not c.dlc_image_tag:
         errors.append("dlc_image_tag: required, e.g. 2.8.0-gpu-py312-cu129-ubuntu22.04-ec2")
     elif not _DLC_TAG.match(c.dlc_image_tag):
@@ -238,8 +254,7 @@ def _check_network(c: TrainingConfig) -> list[str]:
     match = _AZ_ID.match(c.gpu_az_id)
     if not match:
         errors.append(
-            f"gpu_az_id: {c.gpu_az_id!r} is not an AZ ID such as use1-az4 "
-            "(an AZ ID, not an AZ name like us-east-1a)"
+            f"gpu_az_id: {c.gpu_az_id!r} is not an AZ ID such as use1-az4 (an AZ ID, not an AZ name like us-east-1a)"
         )
     elif c.region and c.gpu_az_region and c.gpu_az_region != c.region:
         errors.append(f"gpu_az_id: {c.gpu_az_id!r} lies in {c.gpu_az_region}, not in region {c.region}")
@@ -267,9 +282,7 @@ def _check_gpu_nodes(c: TrainingConfig) -> list[str]:
         )
     elif c.efa and not c.gpu_profile.efa_supported:
         efa_types = sorted(p.instance_type for p in INSTANCE_PROFILES.values() if p.efa_supported)
-        errors.append(
-            f"efa: {c.gpu_instance_type} has no EFA; set efa=false or pick one of: {', '.join(efa_types)}"
-        )
+        errors.append(f"efa: {c.gpu_instance_type} has no EFA; set efa=false or pick one of: {', '.join(efa_types)}")
     if c.efa_layout is not None:
         errors += _one_of("efa_layout", c.efa_layout, tuple(layout.value for layout in EfaLayout))
     if c.gpu_nodes < 1:
@@ -286,12 +299,8 @@ def _check_gpu_nodes(c: TrainingConfig) -> list[str]:
         errors.append(f"gpu_nodes: {c.gpu_nodes} is less than gpu_nodes_min {c.gpu_min}")
     if c.gpu_capacity is not None:
         errors += _one_of("gpu_capacity", c.gpu_capacity, GPU_CAPACITY_TYPES)
-    if c.capacity_reservation_id is not None and not _CAPACITY_RESERVATION_ID.match(
-        c.capacity_reservation_id
-    ):
-        errors.append(
-            f"capacity_reservation_id: {c.capacity_reservation_id!r} must look like cr-0123456789abcdef0"
-        )
+    if c.capacity_reservation_id is not None and not _CAPACITY_RESERVATION_ID.match(c.capacity_reservation_id):
+        errors.append(f"capacity_reservation_id: {c.capacity_reservation_id!r} must look like cr-0123456789abcdef0")
     if c.capacity in ("capacity-reservation", "capacity-block") and not c.capacity_reservation_id:
         errors.append(f"capacity_reservation_id: required when gpu_capacity is {c.capacity}")
     if c.capacity == "on-demand" and c.capacity_reservation_id:
@@ -303,12 +312,41 @@ def _check_storage(c: TrainingConfig) -> list[str]:
     errors: list[str] = []
     size = c.fsx_storage_gib
     if not (size == 1200 or (size > 0 and size % 2400 == 0)):
-        errors.append(
-            f"fsx_storage_gib: {size} is not allowed for PERSISTENT_2; allowed: 1200 or a multiple of 2400"
-        )
+        errors.append(f"fsx_storage_gib: {size} is not allowed for PERSISTENT_2; allowed: 1200 or a multiple of 2400")
     errors += _one_of("fsx_throughput", c.fsx_throughput, FSX_THROUGHPUTS)
     if c.data_bucket is not None and not _BUCKET.match(c.data_bucket):
         errors.append(f"data_bucket: {c.data_bucket!r} is not a valid S3 bucket name")
     if c.data_prefix.startswith("/") or not c.data_prefix.endswith("/"):
         errors.append(f"data_prefix: {c.data_prefix!r} must be a key prefix ending in '/', e.g. datasets/")
+    return errors
+
+
+def _check_hyperpod(c: TrainingConfig) -> list[str]:
+    errors = _one_of("hyperpod_node_recovery", c.hyperpod_node_recovery, ("Automatic", "None"))
+    if c.kubernetes_version in KUBERNETES_VERSIONS and c.kubernetes_version not in HYPERPOD_KUBERNETES_VERSIONS:
+        errors.append(
+            f"kubernetes_version: {c.kubernetes_version} is not supported by HyperPod; allowed with "
+            f"compute=hyperpod: {', '.join(HYPERPOD_KUBERNETES_VERSIONS)}"
+        )
+    allowed_checks = ("InstanceStress", "InstanceConnectivity")
+    unknown = [check for check in c.hyperpod_health_checks if check not in allowed_checks]
+    if unknown:
+        errors.append(
+            f"hyperpod_deep_health_checks: unknown {', '.join(unknown)}; allowed: {', '.join(allowed_checks)}"
+        )
+    if c.hyperpod_cpu_nodes < 0:
+        errors.append(f"hyperpod_cpu_nodes: {c.hyperpod_cpu_nodes} must be >= 0")
+    if c.capacity_reservation_id or c.gpu_capacity not in (None, "on-demand"):
+        errors.append(
+            "capacity_reservation_id: HyperPod takes reserved capacity as a training plan; "
+            "set hyperpod_training_plan_arn instead"
+        )
+    if not (Path(c.hyperpod_helm_chart) / "Chart.yaml").is_file():
+        errors.append(
+            f"hyperpod_helm_chart: no Chart.yaml in {c.hyperpod_helm_chart!r}; run `make hyperpod-chart` "
+            "(fetches AWS's HyperPod dependencies chart at a pinned commit) or point it at a copy"
+        )
+    pct = c.hyperpod_tiered_checkpointing_percent
+    if pct is not None and not 1 <= pct <= 100:
+        errors.append(f"hyperpod_tiered_checkpointing_percent: {pct} must lie in 1..100")
     return errors

@@ -22,10 +22,7 @@ def summarize(outdir: Path) -> str:
         counts = Counter(resource["Type"] for resource in template.get("Resources", {}).values())
         total += sum(counts.values())
         lines.append(f"{name}: {sum(counts.values())} resources")
-        lines += [
-            f"  {count:4d}  {rtype}"
-            for rtype, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-        ]
+        lines += [f"  {count:4d}  {rtype}" for rtype, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
     lines.append(f"total: {total} resources in {sum(1 for line in lines if not line.startswith(' '))} stacks")
     return "\n".join(lines)
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from llm_infra.config import TrainingConfig
 from llm_infra.constructs.gpu_node_group import GpuNodeGroup
+from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInstanceGroup
+from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies
 from llm_infra.constructs.training_cluster import TrainingCluster
 from llm_infra.constructs.training_job_role import TrainingJobRole
-
-from constructs import Construct
-from llm_infra.config import TrainingConfig
 
 
 class ClusterStack(cdk.Stack):
@@ -39,7 +43,32 @@ class ClusterStack(cdk.Stack):
             endpoint_access=config.endpoint_access,
             admin_role_arn=config.admin_role_arn,
         )
-        self.gpu_nodes = GpuNodeGroup(
+        self.gpu_nodes: GpuNodeGroup | None = None
+        self.hyperpod: HyperPodCluster | None = None
+        if config.compute == "hyperpod":
+            self.hyperpod = self._hyperpod(config, gpu_subnet, efa_security_group)
+            cdk.CfnOutput(self, "HyperPodClusterName", value=self.hyperpod.cluster_name)
+        else:
+            self.gpu_nodes = self._gpu_node_group(config, gpu_subnet, efa_security_group)
+        self.job_role = TrainingJobRole(
+            self,
+            "TrainingJob",
+            cluster=self.training_cluster,
+            access_policies=[training_access_policy],
+        )
+        cdk.CfnOutput(self, "ClusterName", value=self.training_cluster.cluster_name)
+        cdk.CfnOutput(self, "ClusterArn", value=self.training_cluster.cluster_arn)
+        cdk.CfnOutput(self, "TrainingJobRoleArn", value=self.job_role.role_arn)
+        cdk.CfnOutput(
+            self,
+            "UpdateKubeconfig",
+            value=f"aws eks update-kubeconfig --region {self.region} --name {self.training_cluster.cluster_name}",
+        )
+
+    def _gpu_node_group(
+        self, config: TrainingConfig, gpu_subnet: ec2.ISubnet, efa_security_group: ec2.ISecurityGroup
+    ) -> GpuNodeGroup:
+        return GpuNodeGroup(
             self,
             "GpuNodes",
             cluster=self.training_cluster.cluster,
@@ -56,18 +85,49 @@ class ClusterStack(cdk.Stack):
             root_volume_gib=config.gpu_root_volume_gib,
             hugepages_2mib=config.hugepages_2mib,
         )
-        self.job_role = TrainingJobRole(
+
+    def _hyperpod(
+        self, config: TrainingConfig, gpu_subnet: ec2.ISubnet, efa_security_group: ec2.ISecurityGroup
+    ) -> HyperPodCluster:
+        groups = [
+            HyperPodInstanceGroup(
+                name="gpu",
+                instance_type=f"ml.{config.gpu_instance_type}",
+                count=config.gpu_nodes,
+                storage_volumes_gib=(config.gpu_root_volume_gib,),
+                deep_health_checks=config.hyperpod_health_checks,
+                training_plan_arn=config.hyperpod_training_plan_arn,
+            )
+        ]
+        if config.hyperpod_cpu_nodes:
+            groups.append(
+                HyperPodInstanceGroup(
+                    name="cpu",
+                    instance_type="ml.m5.2xlarge",
+                    count=config.hyperpod_cpu_nodes,
+                    storage_volumes_gib=(),
+                    deep_health_checks=(),
+                    gpu=False,
+                )
+            )
+        dependencies = HyperPodDependencies(
             self,
-            "TrainingJob",
-            cluster=self.training_cluster,
-            access_policies=[training_access_policy],
+            "HyperPodDependencies",
+            cluster=self.training_cluster.cluster,
+            chart_dir=Path(config.hyperpod_helm_chart),
         )
-        cdk.CfnOutput(self, "ClusterName", value=self.training_cluster.cluster_name)
-        cdk.CfnOutput(self, "ClusterArn", value=self.training_cluster.cluster_arn)
-        cdk.CfnOutput(self, "TrainingJobRoleArn", value=self.job_role.role_arn)
-        cdk.CfnOutput(
+        hyperpod = HyperPodCluster(
             self,
-            "UpdateKubeconfig",
-            value=f"aws eks update-kubeconfig --region {self.region} "
-            f"--name {self.training_cluster.cluster_name}",
+            "HyperPod",
+            cluster_name=f"{config.project_name}-hyperpod",
+            cluster=self.training_cluster.cluster,
+            subnet=gpu_subnet,
+            security_groups=[efa_security_group, self.training_cluster.cluster_security_group],
+            instance_groups=groups,
+            node_recovery=config.hyperpod_node_recovery,
+            tiered_checkpointing_memory_percent=config.hyperpod_tiered_checkpointing_percent,
+            lifecycle_environment={"HUGEPAGES_2MIB": str(config.hugepages_2mib)},
         )
+        # AWS: install the dependencies before the HyperPod cluster joins the EKS cluster.
+        hyperpod.node.add_dependency(dependencies)
+        return hyperpod

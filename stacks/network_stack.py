@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import aws_cdk as cdk
+from constructs import Construct
+
+from llm_infra.config import TrainingConfig
 from llm_infra.constructs.efa_security_group import EfaSecurityGroup
 from llm_infra.constructs.training_vpc import TrainingVpc
 
-from constructs import Construct
-from llm_infra.config import TrainingConfig
-
 
 class NetworkStack(cdk.Stack):
-    def __init__(
-        self, scope: Construct, construct_id: str, *, config: TrainingConfig, **kwargs: object
-    ) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, config: TrainingConfig, **kwargs: object) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
         self.network = TrainingVpc(
             self,

@@ -6,6 +6,9 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from llm_infra.config import TrainingConfig
 from llm_infra.constructs.lustre_storage import LustreStorage
 from llm_infra.constructs.nag import acknowledge, bucket_objects_finding
 from llm_infra.constructs.training_bucket import (
@@ -14,9 +17,6 @@ from llm_infra.constructs.training_bucket import (
     TrainingBucket,
     object_access_statements,
 )
-
-from constructs import Construct
-from llm_infra.config import TrainingConfig
 
 
 class StorageStack(cdk.Stack):

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 import aws_cdk as cdk
 import cdk_nag
+
+from llm_infra.config import TrainingConfig
 from llm_infra.stacks.cluster_stack import ClusterStack
 from llm_infra.stacks.network_stack import NetworkStack
 from llm_infra.stacks.storage_stack import StorageStack
-
-from llm_infra.config import TrainingConfig
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,7 @@ def add_training_stacks(app: cdk.App, config: TrainingConfig, *, nag: bool = Tru
     With ``nag`` (the default), cdk-nag's AwsSolutions checks run at synth and any finding that
     is not acknowledged with a reason makes synth fail.
     """
-    env = (
-        cdk.Environment(account=config.account, region=config.region)
-        if config.account or config.region
-        else None
-    )
+    env = cdk.Environment(account=config.account, region=config.region) if config.account or config.region else None
     prefix = config.project_name
     network = NetworkStack(app, f"{prefix}-network", config=config, env=env)
     storage = StorageStack(

@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
-from llm_infra.stacks.training_app import add_training_stacks
 
 from llm_infra.config import TrainingConfig
+from llm_infra.stacks.training_app import add_training_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_CRDS = REPO_ROOT.parent / "shared" / "crds"
 
 _ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
+
+# A stand-in for AWS's HyperPod dependencies chart (fetched by `make hyperpod-chart`, never in CI):
+# the stack only ships the folder as an asset, so any valid chart exercises the wiring.
+FAKE_HYPERPOD_CHART = Path(tempfile.mkdtemp(prefix="hyperpod-chart-")) / "HyperPodHelmChart"
+FAKE_HYPERPOD_CHART.mkdir()
+(FAKE_HYPERPOD_CHART / "Chart.yaml").write_text("apiVersion: v2\nname: hyperpod-helm-chart\nversion: 0.1.0\n")
+
+
+def hyperpod_config(**changes: Any) -> TrainingConfig:
+    """A HyperPod-mode config that points at the stand-in chart."""
+    return TrainingConfig(compute="hyperpod", hyperpod_helm_chart=str(FAKE_HYPERPOD_CHART)).with_(**changes)
 
 
 class Synthesized:

@@ -99,9 +99,7 @@ def test_capacity_reservation_id_implies_reservation_capacity() -> None:
         ({"gpu_node": "4"}, ["gpu_node: unknown config key", "gpu_nodes"]),
     ],
 )
-def test_bad_input_names_the_key_and_what_is_allowed(
-    context: dict[str, object], fragments: list[str]
-) -> None:
+def test_bad_input_names_the_key_and_what_is_allowed(context: dict[str, object], fragments: list[str]) -> None:
     assert_error(context, *fragments)
 
 

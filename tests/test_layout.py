@@ -10,6 +10,7 @@ import venv
 from pathlib import Path
 
 import pytest
+
 from conftest import REPO_ROOT
 
 
@@ -32,9 +33,9 @@ def test_import_constructs_from_repo_root_gets_the_library() -> None:
 
 
 def test_pytest_sees_the_library_and_our_subpackages() -> None:
-    import llm_infra.constructs.training_vpc as training_vpc
-
     import constructs
+
+    import llm_infra.constructs.training_vpc as training_vpc
 
     assert hasattr(constructs, "Construct")
     assert Path(training_vpc.__file__).parent == REPO_ROOT / "constructs"
@@ -52,9 +53,7 @@ def test_python_app_py_synthesizes_from_the_repo_root(tmp_path: Path) -> None:
 
 def test_app_py_reads_context_overrides(tmp_path: Path) -> None:
     env = {**os.environ, "CDK_OUTDIR": str(tmp_path), "CDK_CONTEXT_JSON": '{"gpu_nodes": "0"}'}
-    result = subprocess.run(
-        [sys.executable, "app.py"], cwd=REPO_ROOT, env=env, capture_output=True, text=True
-    )
+    result = subprocess.run([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert result.returncode != 0
     assert "gpu_nodes: 0 must be >= 1" in result.stderr
 
@@ -85,12 +84,8 @@ def test_wheel_install_used_from_another_cdk_app(tmp_path: Path) -> None:
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
-    site = run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path
-    ).strip()
-    ours = run(
-        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path
-    ).strip()
+    site = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path).strip()
+    ours = run([sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path).strip()
     Path(site, "shared-deps.pth").write_text(ours + "\n")
     run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", site, str(wheel)], tmp_path)
 
@@ -115,9 +110,7 @@ def test_wheel_install_used_from_another_cdk_app(tmp_path: Path) -> None:
             """
         )
     )
-    out = run(
-        [str(python), "app.py"], app_dir, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    )
+    out = run([str(python), "app.py"], app_dir, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert out.strip().startswith(site), out
     assert (app_dir / "out" / "TheirStack.template.json").is_file()
     # The wheel carries the card's folders as subpackages, and no top-level `constructs`.

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from conftest import normalize
 from syrupy.extensions.json import JSONSnapshotExtension
 
+from conftest import hyperpod_config, normalize
 from llm_infra.config import TrainingConfig
 
 SNAPSHOT_CONFIGS = {
     "eks-p5": TrainingConfig(),
+    "hyperpod-p5": hyperpod_config(),
 }
+# Network and storage do not depend on the compute mode (test_hyperpod asserts it).
+CASES = [("eks-p5", "network"), ("eks-p5", "storage"), ("eks-p5", "cluster"), ("hyperpod-p5", "cluster")]
 
 
 @pytest.fixture
@@ -18,8 +21,7 @@ def snapshot_json(snapshot):
     return snapshot.use_extension(JSONSnapshotExtension)
 
 
-@pytest.mark.parametrize("config_name", SNAPSHOT_CONFIGS)
-@pytest.mark.parametrize("stack", ["network", "storage", "cluster"])
+@pytest.mark.parametrize(("config_name", "stack"), CASES)
 def test_template_snapshot(synth, snapshot_json, config_name: str, stack: str) -> None:
     app = synth(SNAPSHOT_CONFIGS[config_name])
     assert normalize(app.template(f"-{stack}")) == snapshot_json

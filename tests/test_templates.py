@@ -34,9 +34,7 @@ def test_p5_gets_32_efa_interfaces_with_the_right_indexes(default_app) -> None:
     primary = interfaces[0]
     assert (primary["NetworkCardIndex"], primary["DeviceIndex"]) == (0, 0)
     assert "InterfaceType" not in primary
-    assert {(i["NetworkCardIndex"], i["DeviceIndex"]) for i in efa} == {(0, 1)} | {
-        (c, 0) for c in range(1, 32)
-    }
+    assert {(i["NetworkCardIndex"], i["DeviceIndex"]) for i in efa} == {(0, 1)} | {(c, 0) for c in range(1, 32)}
     assert all(i["InterfaceType"] == "efa-only" for i in efa)
 
 
@@ -66,9 +64,7 @@ def test_no_efa_means_no_efa_interfaces_and_plain_security_groups(synth) -> None
     assert "NetworkInterfaces" not in data
     assert len(data["SecurityGroupIds"]) == 1
     (nodegroup,) = [
-        n
-        for n in app.resources(CLUSTER, "AWS::EKS::Nodegroup").values()
-        if "LaunchTemplate" in n["Properties"]
+        n for n in app.resources(CLUSTER, "AWS::EKS::Nodegroup").values() if "LaunchTemplate" in n["Properties"]
     ]
     assert nodegroup["Properties"]["Labels"]["llm-infra.aws/efa"] == "false"
 
@@ -117,9 +113,7 @@ def test_capacity_reservation_and_capacity_block(synth) -> None:
     }
     assert "InstanceMarketOptions" not in data
 
-    block = synth(
-        TrainingConfig(gpu_capacity="capacity-block", capacity_reservation_id="cr-0123456789abcdef1")
-    )
+    block = synth(TrainingConfig(gpu_capacity="capacity-block", capacity_reservation_id="cr-0123456789abcdef1"))
     assert launch_template_data(block)["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     Template.from_json(block.template(CLUSTER)).has_resource_properties(
         "AWS::EKS::Nodegroup", {"CapacityType": "CAPACITY_BLOCK"}
@@ -166,9 +160,7 @@ def test_gpu_subnet_is_placed_by_az_id_on_the_secondary_cidr(default_app) -> Non
 
 def test_vpc_endpoints_and_flow_logs(default_app) -> None:
     network = default_app.template(NETWORK)
-    endpoints = [
-        v["Properties"] for v in network["Resources"].values() if v["Type"] == "AWS::EC2::VPCEndpoint"
-    ]
+    endpoints = [v["Properties"] for v in network["Resources"].values() if v["Type"] == "AWS::EC2::VPCEndpoint"]
     services = sorted(str(e["ServiceName"]) for e in endpoints)
     for service in ("ecr.api", "ecr.dkr", "sts", "logs", "sagemaker.api", "s3"):
         assert any(service in s for s in services), (service, services)
@@ -223,18 +215,14 @@ def test_fsx_persistent2_lz4_in_gpu_subnet_and_retained(default_app) -> None:
 
 
 def test_fsx_ports_open_to_itself_and_to_gpu_nodes(default_app) -> None:
-    ingress = [
-        v["Properties"] for v in default_app.resources(STORAGE, "AWS::EC2::SecurityGroupIngress").values()
-    ]
+    ingress = [v["Properties"] for v in default_app.resources(STORAGE, "AWS::EC2::SecurityGroupIngress").values()]
     assert all(i["IpProtocol"] == "tcp" for i in ingress)
     from_clients = [i for i in ingress if "Fn::ImportValue" in i["SourceSecurityGroupId"]]
     assert sorted((i["FromPort"], i["ToPort"]) for i in from_clients) == [(988, 988), (1018, 1023)]
     between_servers = [i for i in ingress if "Fn::GetAtt" in i["SourceSecurityGroupId"]]
     assert [(i["FromPort"], i["ToPort"]) for i in between_servers] == [(988, 1023)]
     # The EFA group restricts egress, so the client side gets matching egress rules.
-    egress = [
-        v["Properties"] for v in default_app.resources(STORAGE, "AWS::EC2::SecurityGroupEgress").values()
-    ]
+    egress = [v["Properties"] for v in default_app.resources(STORAGE, "AWS::EC2::SecurityGroupEgress").values()]
     assert sorted((e["FromPort"], e["ToPort"]) for e in egress) == [(988, 988), (1018, 1023)]
 
 
@@ -245,9 +233,9 @@ def test_buckets_encrypted_tls_only_versioned_retained(default_app) -> None:
     for bucket in buckets.values():
         assert bucket["DeletionPolicy"] == "Retain" and bucket["UpdateReplacePolicy"] == "Retain"
         props = bucket["Properties"]
-        assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0][
-            "ServerSideEncryptionByDefault"
-        ] == {"SSEAlgorithm": "AES256"}
+        assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+            "SSEAlgorithm": "AES256"
+        }
         assert props["VersioningConfiguration"] == {"Status": "Enabled"}
         assert props["PublicAccessBlockConfiguration"] == {
             "BlockPublicAcls": True,
@@ -288,9 +276,7 @@ def test_existing_data_bucket_is_imported_not_created(synth) -> None:
 def test_training_policy_reads_data_prefix_and_writes_checkpoints_only(default_app) -> None:
     (policy,) = default_app.resources(STORAGE, "AWS::IAM::ManagedPolicy").values()
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
-    actions = sorted(
-        {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-    )
+    actions = sorted({a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])})
     assert actions == sorted(
         [
             "s3:ListBucket",
@@ -339,9 +325,7 @@ def test_cluster_auth_logging_encryption(default_app) -> None:
             "AccessConfig": Match.object_like({"AuthenticationMode": "API_AND_CONFIG_MAP"}),
             "Version": "1.34",
             "EncryptionConfig": [Match.object_like({"Resources": ["secrets"]})],
-            "Logging": {
-                "ClusterLogging": {"EnabledTypes": Match.array_with([{"Type": "api"}, {"Type": "audit"}])}
-            },
+            "Logging": {"ClusterLogging": {"EnabledTypes": Match.array_with([{"Type": "api"}, {"Type": "audit"}])}},
         },
     )
     cluster.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
@@ -389,20 +373,14 @@ def test_private_endpoint_option(synth) -> None:
     app = synth(TrainingConfig(endpoint_access="private"))
     Template.from_json(app.template(CLUSTER)).has_resource_properties(
         "AWS::EKS::Cluster",
-        {
-            "ResourcesVpcConfig": Match.object_like(
-                {"EndpointPrivateAccess": True, "EndpointPublicAccess": False}
-            )
-        },
+        {"ResourcesVpcConfig": Match.object_like({"EndpointPrivateAccess": True, "EndpointPublicAccess": False})},
     )
 
 
 @pytest.mark.parametrize("version", ["1.34", "1.35"])
 def test_supported_kubernetes_versions_synthesize(synth, version: str) -> None:
     app = synth(TrainingConfig(kubernetes_version=version))
-    Template.from_json(app.template(CLUSTER)).has_resource_properties(
-        "AWS::EKS::Cluster", {"Version": version}
-    )
+    Template.from_json(app.template(CLUSTER)).has_resource_properties("AWS::EKS::Cluster", {"Version": version})
 
 
 def test_admin_role_gets_an_access_entry(synth) -> None:

@@ -10,16 +10,16 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_s3 as s3
+
+from conftest import hyperpod_config
+from llm_infra.config import TrainingConfig
 from llm_infra.constructs.nag import acknowledge, managed_policy_finding
 from llm_infra.stacks.training_app import add_training_stacks
 
-from llm_infra.config import TrainingConfig
-
 CONFIGS = {
     "default-p5": TrainingConfig(),
-    "p4d-legacy-nics-private-endpoint": TrainingConfig(
-        gpu_instance_type="p4d.24xlarge", endpoint_access="private"
-    ),
+    "p4d-legacy-nics-private-endpoint": TrainingConfig(gpu_instance_type="p4d.24xlarge", endpoint_access="private"),
+    "hyperpod": hyperpod_config(hyperpod_cpu_nodes=1),
     "capacity-block-existing-data-bucket": TrainingConfig(
         gpu_capacity="capacity-block",
         capacity_reservation_id="cr-0123456789abcdef0",
@@ -77,9 +77,7 @@ def test_acknowledgments_need_a_reason_and_name_exact_findings() -> None:
     stack = cdk.Stack(cdk.App(), "S")
     with pytest.raises(ValueError, match="must explain the exception"):
         acknowledge(stack, "IAM5", "because")
-    acknowledge(
-        stack, "IAM4", "A reason that explains the exception.", findings=[managed_policy_finding("X")]
-    )
+    acknowledge(stack, "IAM4", "A reason that explains the exception.", findings=[managed_policy_finding("X")])
     (entry,) = [m for m in stack.node.metadata if m.type == cdk.Validations.ACKNOWLEDGED_RULES_METADATA_KEY]
     assert entry.data == {
         "Annotation::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/X]": (

@@ -1,0 +1,315 @@
+"""HyperPodCluster: a SageMaker HyperPod cluster orchestrated by our EKS cluster (L2 over CfnCluster)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_deployment as s3_deployment
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from llm_infra.constructs.nag import (
+    CDK_S3_READ_FINDINGS,
+    CDK_S3_WRITE_FINDINGS,
+    acknowledge,
+    asset_bucket_objects_finding,
+    bucket_objects_finding,
+    use_aws_managed_policies,
+)
+from llm_infra.constructs.training_bucket import TrainingBucket
+from llm_infra.instance_types import INSTANCE_PROFILES, instance_profile
+from llm_infra.node_labels import EFA_LABEL, GPU_TAINT_KEY, NODE_ROLE_LABEL
+
+LIFECYCLE_SCRIPTS = Path(__file__).resolve().parent / "hyperpod_lifecycle"
+DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
+# Deep health checks run on the accelerated P-families (GPU stress, NCCL/EFA connectivity).
+DEEP_HEALTH_CHECK_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en")
+CPU_INSTANCE_TYPES = ("ml.m5.xlarge", "ml.m5.2xlarge", "ml.m5.4xlarge", "ml.c5.2xlarge", "ml.c5.4xlarge")
+HYPERPOD_INSTANCE_TYPES = tuple(sorted(f"ml.{name}" for name in INSTANCE_PROFILES)) + CPU_INSTANCE_TYPES
+NODE_RECOVERY = ("Automatic", "None")
+
+
+@dataclass(frozen=True)
+class HyperPodInstanceGroup:
+    """One HyperPod instance group. ``storage_volumes_gib``: at most one EBS volume (HyperPod's limit)."""
+
+    name: str
+    instance_type: str = "ml.p5.48xlarge"
+    count: int = 2
+    threads_per_core: int = 1
+    storage_volumes_gib: tuple[int, ...] = (500,)
+    deep_health_checks: tuple[str, ...] = DEEP_HEALTH_CHECKS
+    training_plan_arn: str | None = None
+    image_id: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    gpu: bool = True
+
+    def validate(self) -> None:
+        where = f"instance_groups[{self.name}]"
+        if not self.instance_type.startswith("ml."):
+            raise ValueError(
+                f"{where}.instance_type: {self.instance_type!r} must carry the SageMaker 'ml.' prefix, "
+                f"e.g. ml.{self.instance_type}"
+            )
+        if self.instance_type not in HYPERPOD_INSTANCE_TYPES:
+            raise ValueError(
+                f"{where}.instance_type: {self.instance_type!r} is not supported; allowed: "
+                + ", ".join(HYPERPOD_INSTANCE_TYPES)
+            )
+        if self.gpu and self.instance_type.removeprefix("ml.") not in INSTANCE_PROFILES:
+            raise ValueError(f"{where}.gpu: {self.instance_type} has no GPUs; set gpu=False")
+        if self.count < 1:
+            raise ValueError(f"{where}.count: {self.count} must be >= 1")
+        if self.threads_per_core not in (1, 2):
+            raise ValueError(f"{where}.threads_per_core: {self.threads_per_core} is not allowed; allowed: 1, 2")
+        if len(self.storage_volumes_gib) > 1:
+            raise ValueError(
+                f"{where}.storage_volumes_gib: HyperPod allows one storage config per instance group, "
+                f"got {len(self.storage_volumes_gib)}"
+            )
+        if any(not 1 <= size <= 16384 for size in self.storage_volumes_gib):
+            raise ValueError(f"{where}.storage_volumes_gib: sizes must lie in 1..16384 GiB")
+        unknown = [check for check in self.deep_health_checks if check not in DEEP_HEALTH_CHECKS]
+        if unknown:
+            raise ValueError(
+                f"{where}.deep_health_checks: unknown {', '.join(unknown)}; allowed: {', '.join(DEEP_HEALTH_CHECKS)}"
+            )
+        family = self.instance_type.removeprefix("ml.").split(".")[0]
+        if self.deep_health_checks and family not in DEEP_HEALTH_CHECK_FAMILIES:
+            raise ValueError(
+                f"{where}.deep_health_checks: {self.instance_type} does not support deep health checks "
+                f"(supported families: {', '.join(DEEP_HEALTH_CHECK_FAMILIES)}); pass ()"
+            )
+
+
+class HyperPodCluster(Construct):
+    """SageMaker HyperPod with EKS as its orchestrator.
+
+    - ``Orchestrator.Eks.ClusterArn`` points at the given EKS cluster; ``NodeRecovery: Automatic``
+      by default, so HyperPod reboots or replaces instances that its health-monitoring agent or
+      the deep health checks (``InstanceStress``, ``InstanceConnectivity``) find faulty;
+    - ``VpcConfig``: the GPU subnet and the given security groups (the EFA group among them);
+    - lifecycle scripts from ``hyperpod_lifecycle/``, every file of the folder (plus ``lifecycle.env``
+      with ``lifecycle_environment``) uploaded by ``cdk deploy`` to a bucket of the construct and
+      referenced by ``LifeCycleConfig``;
+    - an execution role that trusts SageMaker, with AmazonSageMakerClusterInstanceRolePolicy plus
+      only what nodes need (ENIs in the VPC, ECR pull, reading the lifecycle prefix, Pod Identity),
+      and an EKS access entry for it;
+    - optional managed tiered checkpointing (``TieredStorageConfig``).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        subnet: ec2.ISubnet,
+        security_groups: list[ec2.ISecurityGroup],
+        instance_groups: list[HyperPodInstanceGroup],
+        node_recovery: str = "Automatic",
+        tiered_checkpointing_memory_percent: int | None = None,
+        cluster_name: str,
+        lifecycle_scripts: Path = LIFECYCLE_SCRIPTS,
+        lifecycle_environment: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if not instance_groups:
+            raise ValueError("instance_groups: at least one instance group is required")
+        names = [group.name for group in instance_groups]
+        if len(set(names)) != len(names):
+            raise ValueError(f"instance_groups: names must be unique, got {names}")
+        for group in instance_groups:
+            group.validate()
+        if node_recovery not in NODE_RECOVERY:
+            raise ValueError(f"node_recovery: {node_recovery!r} is not allowed; allowed: {', '.join(NODE_RECOVERY)}")
+        if tiered_checkpointing_memory_percent is not None and not 1 <= tiered_checkpointing_memory_percent <= 100:
+            raise ValueError("tiered_checkpointing_memory_percent: must lie in 1..100")
+        if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", cluster_name):
+            raise ValueError(f"cluster_name: {cluster_name!r} must be 1-63 letters, digits and inner hyphens")
+        if not (lifecycle_scripts / "on_create.sh").is_file():
+            raise ValueError(f"lifecycle_scripts: {lifecycle_scripts} has no on_create.sh")
+
+        lifecycle_bucket = TrainingBucket(self, "Lifecycle")
+        self.lifecycle_bucket = lifecycle_bucket.bucket
+        self.lifecycle_prefix = "hyperpod/lifecycle/"
+        deployment = s3_deployment.BucketDeployment(
+            self,
+            "LifecycleScripts",
+            sources=[
+                s3_deployment.Source.asset(str(lifecycle_scripts)),
+                # Settings for the scripts, sourced by on_create.sh.
+                s3_deployment.Source.data(
+                    "lifecycle.env", "".join(f"{k}={v}\n" for k, v in sorted((lifecycle_environment or {}).items()))
+                ),
+            ],
+            destination_bucket=self.lifecycle_bucket,
+            destination_key_prefix=self.lifecycle_prefix,
+            prune=True,
+        )
+        self._acknowledge_bucket_deployment(deployment)
+        self.execution_role = self._execution_role(cluster, lifecycle_bucket)
+        # HyperPod nodes join EKS as the execution role, through a HYPERPOD_LINUX access entry.
+        cluster.grant_access(
+            "HyperPodNodes", self.execution_role.role_arn, [], access_entry_type=eks.AccessEntryType.HYPERPOD_LINUX
+        )
+
+        lifecycle = sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
+            source_s3_uri=f"s3://{self.lifecycle_bucket.bucket_name}/{self.lifecycle_prefix}",
+            on_create="on_create.sh",
+        )
+        self.resource = sagemaker.CfnCluster(
+            self,
+            "Resource",
+            cluster_name=cluster_name,
+            orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
+                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=cluster.cluster_arn)
+            ),
+            node_recovery=node_recovery,
+            vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
+                subnets=[subnet.subnet_id],
+                security_group_ids=[sg.security_group_id for sg in security_groups],
+            ),
+            instance_groups=[self._instance_group(group, lifecycle) for group in instance_groups],
+            tiered_storage_config=(
+                sagemaker.CfnCluster.TieredStorageConfigProperty(
+                    mode="Enable", instance_memory_allocation_percentage=tiered_checkpointing_memory_percent
+                )
+                if tiered_checkpointing_memory_percent
+                else None
+            ),
+        )
+        # Nodes download the scripts at creation: the upload must finish first.
+        self.resource.node.add_dependency(deployment)
+
+    @property
+    def cluster_arn(self) -> str:
+        return self.resource.attr_cluster_arn
+
+    @property
+    def cluster_name(self) -> str:
+        assert self.resource.cluster_name is not None
+        return self.resource.cluster_name
+
+    def _instance_group(
+        self, group: HyperPodInstanceGroup, lifecycle: sagemaker.CfnCluster.ClusterLifeCycleConfigProperty
+    ) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
+        efa = group.gpu and instance_profile(group.instance_type).efa_supported
+        labels = {NODE_ROLE_LABEL: "gpu" if group.gpu else "cpu", EFA_LABEL: str(efa).lower(), **group.labels}
+        taints = (
+            [sagemaker.CfnCluster.ClusterKubernetesTaintProperty(key=GPU_TAINT_KEY, value="true", effect="NoSchedule")]
+            if group.gpu
+            else None
+        )
+        return sagemaker.CfnCluster.ClusterInstanceGroupProperty(
+            instance_group_name=group.name,
+            instance_type=group.instance_type,
+            instance_count=group.count,
+            execution_role=self.execution_role.role_arn,
+            life_cycle_config=lifecycle,
+            threads_per_core=group.threads_per_core,
+            instance_storage_configs=[
+                sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty(
+                    ebs_volume_config=sagemaker.CfnCluster.ClusterEbsVolumeConfigProperty(volume_size_in_gb=size)
+                )
+                for size in group.storage_volumes_gib
+            ]
+            or None,
+            on_start_deep_health_checks=list(group.deep_health_checks) or None,
+            training_plan_arn=group.training_plan_arn,
+            image_id=group.image_id,
+            kubernetes_config=sagemaker.CfnCluster.ClusterKubernetesConfigProperty(labels=labels, taints=taints),
+        )
+
+    def _execution_role(self, cluster: eks.Cluster, lifecycle_bucket: TrainingBucket) -> iam.Role:
+        role = iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description="HyperPod instances: join the EKS cluster, manage their ENIs, pull images",
+        )
+        use_aws_managed_policies(
+            role,
+            ["AmazonSageMakerClusterInstanceRolePolicy"],
+            "HyperPod's documented, AWS-maintained instance policy (health agent, logs, node registration).",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="NetworkInterfacesInTheVpc",
+                actions=[
+                    "ec2:CreateNetworkInterface",
+                    "ec2:CreateNetworkInterfacePermission",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:DeleteNetworkInterfacePermission",
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                    "ec2:DetachNetworkInterface",
+                    "ec2:AssignPrivateIpAddresses",
+                    "ec2:UnassignPrivateIpAddresses",
+                    "ec2:CreateTags",
+                ],
+                resources=["*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PullImages",
+                actions=[
+                    "ecr:GetAuthorizationToken",
+                    "ecr:BatchCheckLayerAvailability",
+                    "ecr:BatchGetImage",
+                    "ecr:GetDownloadUrlForLayer",
+                ],
+                resources=["*"],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="PodIdentity",
+                actions=["eks-auth:AssumeRoleForPodIdentity"],
+                resources=[cluster.cluster_arn],
+            )
+        )
+        lifecycle_bucket.grant_read(role, self.lifecycle_prefix)
+        acknowledge(
+            role,
+            "IAM5",
+            "ENI and ECR-token actions take no resource ARNs; object reads are limited to the lifecycle prefix.",
+            findings=["Resource::*", bucket_objects_finding(lifecycle_bucket.bucket, f"{self.lifecycle_prefix}*")],
+        )
+        return role
+
+    def _acknowledge_bucket_deployment(self, deployment: s3_deployment.BucketDeployment) -> None:
+        """BucketDeployment's singleton Lambda lives at the stack root; acknowledge exactly its findings."""
+        stack = cdk.Stack.of(self)
+        handler = next(
+            child for child in stack.node.children if child.node.id.startswith("Custom::CDKBucketDeployment")
+        )
+        acknowledge(
+            handler,
+            "IAM4",
+            "BucketDeployment's Lambda uses the AWS-maintained basic execution policy for its logs.",
+            findings=["Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"],
+        )
+        acknowledge(handler, "L1", "BucketDeployment's Lambda runtime is pinned by aws-cdk-lib.")
+        acknowledge(
+            handler,
+            "IAM5",
+            "BucketDeployment copies the lifecycle-script asset into the lifecycle bucket: CDK's grants "
+            "on the asset bucket and the destination bucket use object wildcards.",
+            findings=[
+                *CDK_S3_READ_FINDINGS,
+                *CDK_S3_WRITE_FINDINGS,
+                asset_bucket_objects_finding(self),
+                bucket_objects_finding(self.lifecycle_bucket, "*"),
+            ],
+        )

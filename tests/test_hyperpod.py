@@ -1,0 +1,254 @@
+"""compute=hyperpod: the HyperPodCluster construct, its role, lifecycle upload and EKS dependencies."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk.assertions import Template
+
+from conftest import FAKE_HYPERPOD_CHART, hyperpod_config
+from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.constructs.hyperpod_cluster import LIFECYCLE_SCRIPTS, HyperPodCluster, HyperPodInstanceGroup
+
+CLUSTER = "-cluster"
+
+
+@pytest.fixture(scope="module")
+def hyperpod_app(synth):
+    return synth(hyperpod_config())
+
+
+def sagemaker_cluster(app) -> dict:
+    (cluster,) = app.resources(CLUSTER, "AWS::SageMaker::Cluster").values()
+    return cluster
+
+
+def logical_id(app, resource_type: str) -> str:
+    (lid,) = app.resources(CLUSTER, resource_type)
+    return lid
+
+
+def test_orchestrator_is_a_reference_to_our_eks_cluster(hyperpod_app) -> None:
+    props = sagemaker_cluster(hyperpod_app)["Properties"]
+    assert props["Orchestrator"] == {
+        "Eks": {"ClusterArn": {"Fn::GetAtt": [logical_id(hyperpod_app, "AWS::EKS::Cluster"), "Arn"]}}
+    }
+
+
+def test_resilience_settings(hyperpod_app) -> None:
+    props = sagemaker_cluster(hyperpod_app)["Properties"]
+    assert props["NodeRecovery"] == "Automatic"
+    (gpu,) = props["InstanceGroups"]
+    assert gpu["InstanceType"] == "ml.p5.48xlarge"
+    assert gpu["InstanceCount"] == 2
+    assert gpu["ThreadsPerCore"] == 1
+    assert gpu["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
+    assert gpu["InstanceStorageConfigs"] == [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}]
+    assert gpu["KubernetesConfig"]["Labels"] == {"llm-infra.aws/node-role": "gpu", "llm-infra.aws/efa": "true"}
+    assert gpu["KubernetesConfig"]["Taints"] == [{"Effect": "NoSchedule", "Key": "nvidia.com/gpu", "Value": "true"}]
+
+
+def test_vpc_config_uses_gpu_subnet_and_efa_security_group(hyperpod_app) -> None:
+    vpc = sagemaker_cluster(hyperpod_app)["Properties"]["VpcConfig"]
+    (subnet,) = vpc["Subnets"]
+    assert "GpuSubnet" in subnet["Fn::ImportValue"]
+    assert any("EfaSecurityGroup" in str(sg) for sg in vpc["SecurityGroupIds"])
+    assert any("ClusterSecurityGroupId" in str(sg) for sg in vpc["SecurityGroupIds"])
+
+
+def test_lifecycle_uri_resolves_to_the_uploaded_asset(hyperpod_app) -> None:
+    group = sagemaker_cluster(hyperpod_app)["Properties"]["InstanceGroups"][0]
+    lifecycle = group["LifeCycleConfig"]
+    assert lifecycle["OnCreate"] == "on_create.sh"
+    bucket_ref = {"Ref": logical_id(hyperpod_app, "AWS::S3::Bucket")}
+    assert lifecycle["SourceS3Uri"] == {"Fn::Join": ["", ["s3://", bucket_ref, "/hyperpod/lifecycle/"]]}
+    (deployment_id, deployment) = next(iter(hyperpod_app.resources(CLUSTER, "Custom::CDKBucketDeployment").items()))
+    assert deployment["Properties"]["DestinationBucketName"] == bucket_ref
+    assert deployment["Properties"]["DestinationBucketKeyPrefix"] == "hyperpod/lifecycle/"
+    assert deployment_id in sagemaker_cluster(hyperpod_app)["DependsOn"]
+
+
+def test_every_lifecycle_file_is_uploaded(hyperpod_app) -> None:
+    # The folder asset staged in cdk.out holds every file of the lifecycle folder, not only on_create.sh.
+    staged = [p for p in hyperpod_app.outdir.glob("asset.*") if p.is_dir() and (p / "on_create.sh").is_file()]
+    assert len(staged) == 1
+    expected = sorted(p.name for p in LIFECYCLE_SCRIPTS.iterdir() if p.is_file())
+    assert sorted(p.name for p in staged[0].iterdir()) == expected
+    assert len(expected) >= 3
+    (env,) = [p for p in hyperpod_app.outdir.glob("asset.*") if p.is_dir() and (p / "lifecycle.env").is_file()]
+    assert (env / "lifecycle.env").read_text() == "HUGEPAGES_2MIB=5120\n"
+    # The deployment copies exactly those two assets.
+    (deployment,) = hyperpod_app.resources(CLUSTER, "Custom::CDKBucketDeployment").values()
+    keys = json.dumps(deployment["Properties"]["SourceObjectKeys"])
+    for asset in (staged[0], env):
+        assert asset.name.removeprefix("asset.") in keys
+
+
+def test_execution_role_trust_and_policies(hyperpod_app) -> None:
+    roles = hyperpod_app.resources(CLUSTER, "AWS::IAM::Role")
+    (role_id,) = [
+        k
+        for k, v in roles.items()
+        if "sagemaker.amazonaws.com" in json.dumps(v["Properties"]["AssumeRolePolicyDocument"])
+    ]
+    role = roles[role_id]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}}
+    ]
+    assert "AmazonSageMakerClusterInstanceRolePolicy" in json.dumps(role["ManagedPolicyArns"])
+    policies = [
+        p["Properties"]
+        for p in hyperpod_app.resources(CLUSTER, "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in p["Properties"]["Roles"]
+    ]
+    statements = [s for p in policies for s in p["PolicyDocument"]["Statement"]]
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert {
+        "ec2:CreateNetworkInterface",
+        "ecr:BatchGetImage",
+        "eks-auth:AssumeRoleForPodIdentity",
+        "s3:GetObject",
+    } <= actions
+    assert not any(a.endswith("*") for a in actions)
+    (pod_identity,) = [s for s in statements if s["Action"] == "eks-auth:AssumeRoleForPodIdentity"]
+    assert pod_identity["Resource"] == {"Fn::GetAtt": [logical_id(hyperpod_app, "AWS::EKS::Cluster"), "Arn"]}
+    # Nodes join the cluster as this role through a HYPERPOD_LINUX access entry.
+    Template.from_json(hyperpod_app.template(CLUSTER)).has_resource_properties(
+        "AWS::EKS::AccessEntry", {"PrincipalArn": {"Fn::GetAtt": [role_id, "Arn"]}, "Type": "HYPERPOD_LINUX"}
+    )
+
+
+def test_dependencies_chart_installed_before_the_cluster(hyperpod_app) -> None:
+    charts = hyperpod_app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart")
+    (chart_id,) = [k for k, v in charts.items() if v["Properties"].get("Release") == "hyperpod-dependencies"]
+    assert chart_id in sagemaker_cluster(hyperpod_app)["DependsOn"]
+    values = json.dumps(charts[chart_id]["Properties"]["Values"])
+    for enabled in (
+        "health-monitoring-agent",
+        "deep-health-check",
+        "job-auto-restart",
+        "trainingOperators",
+        "mpi-operator",
+    ):
+        assert f'\\"{enabled}\\":{{\\"enabled\\":true' in values, enabled
+    assert "sagemaker.amazonaws.com/node-health-status" in values
+    # Our pinned device plugins run in both modes and tolerate the health-status taint.
+    plugins = [
+        v["Properties"]
+        for v in charts.values()
+        if v["Properties"].get("Chart") in ("nvidia-device-plugin", "aws-efa-k8s-device-plugin")
+    ]
+    assert len(plugins) == 2
+    assert all("sagemaker.amazonaws.com/node-health-status" in json.dumps(p["Values"]) for p in plugins)
+
+
+def test_hyperpod_replaces_the_gpu_node_group(hyperpod_app, default_app) -> None:
+    assert hyperpod_app.resources(CLUSTER, "AWS::EC2::LaunchTemplate") == {}
+    assert len(hyperpod_app.resources(CLUSTER, "AWS::EKS::Nodegroup")) == 1  # system nodes only
+    assert default_app.resources(CLUSTER, "AWS::SageMaker::Cluster") == {}
+    # Network and storage are the same in both modes.
+    assert hyperpod_app.template("-network") == default_app.template("-network")
+    assert hyperpod_app.template("-storage") == default_app.template("-storage")
+
+
+def test_cpu_group_training_plan_and_tiered_checkpointing(synth) -> None:
+    app = synth(
+        hyperpod_config(
+            hyperpod_cpu_nodes=1,
+            hyperpod_training_plan_arn="arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-plan",
+            hyperpod_tiered_checkpointing_percent=20,
+        )
+    )
+    props = sagemaker_cluster(app)["Properties"]
+    gpu, cpu = props["InstanceGroups"]
+    assert gpu["TrainingPlanArn"].endswith("training-plan/p5-plan")
+    assert cpu["InstanceType"] == "ml.m5.2xlarge"
+    assert "OnStartDeepHealthChecks" not in cpu and "Taints" not in cpu["KubernetesConfig"]
+    assert props["TieredStorageConfig"] == {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+def make_cluster(**group_changes: object) -> None:
+    app = cdk.App()
+    stack = cdk.Stack(app, "S")
+    vpc = ec2.Vpc(stack, "Vpc", max_azs=2)
+    cluster = eks.Cluster(
+        stack,
+        "Eks",
+        version=eks.KubernetesVersion.V1_34,
+        vpc=vpc,
+        default_capacity=0,
+        default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+    )
+    group = HyperPodInstanceGroup(name="gpu", **group_changes)  # type: ignore[arg-type]
+    HyperPodCluster(
+        stack,
+        "HP",
+        cluster=cluster,
+        subnet=vpc.private_subnets[0],
+        security_groups=[],
+        instance_groups=[group],
+        cluster_name="hp",
+    )
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"instance_type": "p5.48xlarge"},
+            "instance_groups[gpu].instance_type: 'p5.48xlarge' must carry the SageMaker 'ml.' prefix",
+        ),
+        (
+            {"instance_type": "ml.x9.huge"},
+            "instance_groups[gpu].instance_type: 'ml.x9.huge' is not supported; allowed:",
+        ),
+        ({"count": 0}, "instance_groups[gpu].count: 0 must be >= 1"),
+        ({"storage_volumes_gib": (500, 500)}, "HyperPod allows one storage config per instance group, got 2"),
+        (
+            {"deep_health_checks": ("InstanceStress", "GpuBurn")},
+            "deep_health_checks: unknown GpuBurn; allowed: InstanceStress, InstanceConnectivity",
+        ),
+        ({"instance_type": "ml.g5.48xlarge"}, "ml.g5.48xlarge does not support deep health checks"),
+        ({"instance_type": "ml.m5.2xlarge"}, "instance_groups[gpu].gpu: ml.m5.2xlarge has no GPUs"),
+        ({"threads_per_core": 4}, "threads_per_core: 4 is not allowed"),
+    ],
+)
+def test_bad_instance_groups_fail_at_synth(changes: dict, message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        make_cluster(**changes)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"hyperpod_deep_health_checks": "InstanceStress,Burn"}, "hyperpod_deep_health_checks: unknown Burn"),
+        (
+            {"hyperpod_node_recovery": "Manual"},
+            "hyperpod_node_recovery: 'Manual' is not allowed; allowed: Automatic, None",
+        ),
+        ({"capacity_reservation_id": "cr-0123456789abcdef0"}, "set hyperpod_training_plan_arn instead"),
+        ({"kubernetes_version": "1.35"}, "kubernetes_version: 1.35 is not supported by HyperPod"),
+        (
+            {"hyperpod_helm_chart": "/nonexistent"},
+            "hyperpod_helm_chart: no Chart.yaml in '/nonexistent'; run `make hyperpod-chart`",
+        ),
+        ({"hyperpod_tiered_checkpointing_percent": 0}, "hyperpod_tiered_checkpointing_percent: 0 must lie in 1..100"),
+        ({"gpu_nodes": 0}, "gpu_nodes: 0 must be >= 1"),
+    ],
+)
+def test_bad_hyperpod_config_fails_with_the_key(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        hyperpod_config(**changes)
+    assert message in str(err.value)
+
+
+def test_compute_key_selects_the_mode_from_context() -> None:
+    config = TrainingConfig.from_context({"compute": "hyperpod", "hyperpod_helm_chart": str(FAKE_HYPERPOD_CHART)})
+    assert config.compute == "hyperpod"
+    assert config.hyperpod_health_checks == ("InstanceStress", "InstanceConnectivity")
