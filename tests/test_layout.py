@@ -116,4 +116,5 @@ def test_wheel_install_used_from_another_cdk_app(tmp_path: Path) -> None:
     # The wheel carries the card's folders as subpackages, and no top-level `constructs`.
     listing = run([sys.executable, "-m", "zipfile", "-l", str(wheel)], tmp_path)
     assert "llm_infra/constructs/training_vpc.py" in listing
+    assert "llm_infra/constructs/hyperpod_lifecycle/on_create.sh" in listing
     assert "\nconstructs/" not in listing
