@@ -25,14 +25,15 @@ from llm_infra.constructs.nag import (
 from llm_infra.constructs.training_bucket import TrainingBucket
 from llm_infra.instance_types import INSTANCE_PROFILES, instance_profile
 from llm_infra.node_labels import EFA_LABEL, GPU_TAINT_KEY, NODE_ROLE_LABEL
+from llm_infra.service_limits import (
+    HYPERPOD_DEEP_HEALTH_CHECK_FAMILIES,
+    HYPERPOD_DEEP_HEALTH_CHECKS,
+    HYPERPOD_NODE_RECOVERY,
+)
 
 LIFECYCLE_SCRIPTS = Path(__file__).resolve().parent / "hyperpod_lifecycle"
-DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
-# Deep health checks run on the accelerated P-families (GPU stress, NCCL/EFA connectivity).
-DEEP_HEALTH_CHECK_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en")
 CPU_INSTANCE_TYPES = ("ml.m5.xlarge", "ml.m5.2xlarge", "ml.m5.4xlarge", "ml.c5.2xlarge", "ml.c5.4xlarge")
 HYPERPOD_INSTANCE_TYPES = tuple(sorted(f"ml.{name}" for name in INSTANCE_PROFILES)) + CPU_INSTANCE_TYPES
-NODE_RECOVERY = ("Automatic", "None")
 
 
 @dataclass(frozen=True)
@@ -44,7 +45,7 @@ class HyperPodInstanceGroup:
     count: int = 2
     threads_per_core: int = 1
     storage_volumes_gib: tuple[int, ...] = (500,)
-    deep_health_checks: tuple[str, ...] = DEEP_HEALTH_CHECKS
+    deep_health_checks: tuple[str, ...] = HYPERPOD_DEEP_HEALTH_CHECKS
     training_plan_arn: str | None = None
     image_id: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -75,16 +76,17 @@ class HyperPodInstanceGroup:
             )
         if any(not 1 <= size <= 16384 for size in self.storage_volumes_gib):
             raise ValueError(f"{where}.storage_volumes_gib: sizes must lie in 1..16384 GiB")
-        unknown = [check for check in self.deep_health_checks if check not in DEEP_HEALTH_CHECKS]
+        unknown = [check for check in self.deep_health_checks if check not in HYPERPOD_DEEP_HEALTH_CHECKS]
         if unknown:
             raise ValueError(
-                f"{where}.deep_health_checks: unknown {', '.join(unknown)}; allowed: {', '.join(DEEP_HEALTH_CHECKS)}"
+                f"{where}.deep_health_checks: unknown {', '.join(unknown)}; "
+                f"allowed: {', '.join(HYPERPOD_DEEP_HEALTH_CHECKS)}"
             )
         family = self.instance_type.removeprefix("ml.").split(".")[0]
-        if self.deep_health_checks and family not in DEEP_HEALTH_CHECK_FAMILIES:
+        if self.deep_health_checks and family not in HYPERPOD_DEEP_HEALTH_CHECK_FAMILIES:
             raise ValueError(
                 f"{where}.deep_health_checks: {self.instance_type} does not support deep health checks "
-                f"(supported families: {', '.join(DEEP_HEALTH_CHECK_FAMILIES)}); pass ()"
+                f"(supported families: {', '.join(HYPERPOD_DEEP_HEALTH_CHECK_FAMILIES)}); pass ()"
             )
 
 
@@ -127,8 +129,10 @@ class HyperPodCluster(Construct):
             raise ValueError(f"instance_groups: names must be unique, got {names}")
         for group in instance_groups:
             group.validate()
-        if node_recovery not in NODE_RECOVERY:
-            raise ValueError(f"node_recovery: {node_recovery!r} is not allowed; allowed: {', '.join(NODE_RECOVERY)}")
+        if node_recovery not in HYPERPOD_NODE_RECOVERY:
+            raise ValueError(
+                f"node_recovery: {node_recovery!r} is not allowed; allowed: {', '.join(HYPERPOD_NODE_RECOVERY)}"
+            )
         if tiered_checkpointing_memory_percent is not None and not 1 <= tiered_checkpointing_memory_percent <= 100:
             raise ValueError("tiered_checkpointing_memory_percent: must lie in 1..100")
         if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", cluster_name):

@@ -8,7 +8,12 @@ from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
+from llm_infra.service_limits import (
+    FSX_PERSISTENT_2_CAPACITY_RULE,
+    FSX_PERSISTENT_2_THROUGHPUTS,
+    fsx_persistent_2_capacity_ok,
+)
+
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
 
 
@@ -37,15 +42,15 @@ class LustreStorage(Construct):
         throughput_per_tib: int = 250,
     ) -> None:
         super().__init__(scope, construct_id)
-        if not (storage_capacity_gib == 1200 or (storage_capacity_gib > 0 and storage_capacity_gib % 2400 == 0)):
+        if not fsx_persistent_2_capacity_ok(storage_capacity_gib):
             raise ValueError(
                 f"storage_capacity_gib: {storage_capacity_gib} is not allowed for PERSISTENT_2; "
-                "allowed: 1200 or a multiple of 2400"
+                f"allowed: {FSX_PERSISTENT_2_CAPACITY_RULE}"
             )
-        if throughput_per_tib not in PERSISTENT_2_THROUGHPUTS:
+        if throughput_per_tib not in FSX_PERSISTENT_2_THROUGHPUTS:
             raise ValueError(
                 f"throughput_per_tib: {throughput_per_tib} is not allowed; allowed: "
-                + ", ".join(map(str, PERSISTENT_2_THROUGHPUTS))
+                + ", ".join(map(str, FSX_PERSISTENT_2_THROUGHPUTS))
             )
         if not file_system_path.startswith("/") or file_system_path == "/":
             raise ValueError(f"file_system_path: {file_system_path!r} must be an absolute path below /")

@@ -16,13 +16,19 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from llm_infra.instance_types import INSTANCE_PROFILES, EfaLayout, InstanceProfile, instance_profile
+from llm_infra.service_limits import (
+    FSX_PERSISTENT_2_CAPACITY_RULE,
+    FSX_PERSISTENT_2_THROUGHPUTS,
+    HYPERPOD_DEEP_HEALTH_CHECKS,
+    HYPERPOD_NODE_RECOVERY,
+    fsx_persistent_2_capacity_ok,
+)
 
 COMPUTE_MODES = ("eks", "hyperpod")
 KUBERNETES_VERSIONS = ("1.34", "1.35")
 HYPERPOD_KUBERNETES_VERSIONS = ("1.34",)  # HyperPod supports EKS up to 1.34 (of the versions above)
 GPU_CAPACITY_TYPES = ("on-demand", "capacity-reservation", "capacity-block")
 ENDPOINT_ACCESS = ("public-and-private", "private")
-FSX_THROUGHPUTS = (125, 250, 500, 1000)  # PERSISTENT_2, MB/s per TiB
 
 # AZ IDs start with a region code: use1-az4 lies in us-east-1. Used to check gpu_az_id against
 # the region when one is configured, and by a CloudFormation rule at deploy time when not.
@@ -310,10 +316,12 @@ def _check_gpu_nodes(c: TrainingConfig) -> list[str]:
 
 def _check_storage(c: TrainingConfig) -> list[str]:
     errors: list[str] = []
-    size = c.fsx_storage_gib
-    if not (size == 1200 or (size > 0 and size % 2400 == 0)):
-        errors.append(f"fsx_storage_gib: {size} is not allowed for PERSISTENT_2; allowed: 1200 or a multiple of 2400")
-    errors += _one_of("fsx_throughput", c.fsx_throughput, FSX_THROUGHPUTS)
+    if not fsx_persistent_2_capacity_ok(c.fsx_storage_gib):
+        errors.append(
+            f"fsx_storage_gib: {c.fsx_storage_gib} is not allowed for PERSISTENT_2; "
+            f"allowed: {FSX_PERSISTENT_2_CAPACITY_RULE}"
+        )
+    errors += _one_of("fsx_throughput", c.fsx_throughput, FSX_PERSISTENT_2_THROUGHPUTS)
     if c.data_bucket is not None and not _BUCKET.match(c.data_bucket):
         errors.append(f"data_bucket: {c.data_bucket!r} is not a valid S3 bucket name")
     if c.data_prefix.startswith("/") or not c.data_prefix.endswith("/"):
@@ -322,17 +330,17 @@ def _check_storage(c: TrainingConfig) -> list[str]:
 
 
 def _check_hyperpod(c: TrainingConfig) -> list[str]:
-    errors = _one_of("hyperpod_node_recovery", c.hyperpod_node_recovery, ("Automatic", "None"))
+    errors = _one_of("hyperpod_node_recovery", c.hyperpod_node_recovery, HYPERPOD_NODE_RECOVERY)
     if c.kubernetes_version in KUBERNETES_VERSIONS and c.kubernetes_version not in HYPERPOD_KUBERNETES_VERSIONS:
         errors.append(
             f"kubernetes_version: {c.kubernetes_version} is not supported by HyperPod; allowed with "
             f"compute=hyperpod: {', '.join(HYPERPOD_KUBERNETES_VERSIONS)}"
         )
-    allowed_checks = ("InstanceStress", "InstanceConnectivity")
-    unknown = [check for check in c.hyperpod_health_checks if check not in allowed_checks]
+    unknown = [check for check in c.hyperpod_health_checks if check not in HYPERPOD_DEEP_HEALTH_CHECKS]
     if unknown:
         errors.append(
-            f"hyperpod_deep_health_checks: unknown {', '.join(unknown)}; allowed: {', '.join(allowed_checks)}"
+            f"hyperpod_deep_health_checks: unknown {', '.join(unknown)}; "
+            f"allowed: {', '.join(HYPERPOD_DEEP_HEALTH_CHECKS)}"
         )
     if c.hyperpod_cpu_nodes < 0:
         errors.append(f"hyperpod_cpu_nodes: {c.hyperpod_cpu_nodes} must be >= 0")
