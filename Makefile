@@ -21,12 +21,12 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml package.json package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,train]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,train,ray]'
 	npm ci --no-fund --no-audit --loglevel=error
 	touch $@
 
 synth: $(STAMP)
-	npx cdk synth --no-notices --no-version-reporting --quiet
+	npx cdk synth --no-notices --no-version-reporting --quiet -c manifests_dir=k8s_manifests/dist
 	$(BIN)/python -m llm_infra.synth_summary cdk.out
 
 test: $(STAMP) lint
@@ -35,7 +35,8 @@ test: $(STAMP) lint
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy llm_infra constructs stacks
+	$(BIN)/mypy llm_infra constructs stacks k8s_manifests
+	cd workloads && ../$(BIN)/mypy --ignore-missing-imports .
 
 # For compute=hyperpod: fetch the HyperPod dependencies chart (needs git, helm and GitHub access).
 hyperpod-chart:

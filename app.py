@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """The default llm-infra CDK app: ``cdk synth`` / ``cdk deploy`` (context keys: see README)."""
 
+from pathlib import Path
+
 import aws_cdk as cdk
 
 from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.stacks.training_app import add_training_stacks
 
 app = cdk.App()
-add_training_stacks(app, TrainingConfig.from_context(app.node.get_all_context()))
+config = TrainingConfig.from_context(app.node.get_all_context())
+add_training_stacks(app, config)
 app.synth()
+if config.manifests_dir:  # `make synth`: the same charts as plain YAML for kubectl / GitOps
+    write_dist(config, Path(config.manifests_dir))

@@ -61,6 +61,7 @@ _DLC_TAG = re.compile(r"^\d+\.\d+(\.\d+)?-gpu-py\d{2,3}-cu\d{3}-[a-z]+\d+\.\d+-(
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
 # `make hyperpod-chart` puts AWS's HyperPod dependencies chart here (pinned commit in the Makefile).
 HYPERPOD_HELM_CHART_DEFAULT = ".cache/sagemaker-hyperpod-cli/helm_chart/HyperPodHelmChart"
+TRAINING_OPERATOR_CHART_DEFAULT = f"{HYPERPOD_HELM_CHART_DEFAULT}/charts/training-operators"
 _CONTEXT_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -99,12 +100,16 @@ class TrainingConfig:
     data_bucket: str | None = None
     data_prefix: str = "datasets/"
     dlc_image_tag: str = "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
+    ray_image: str = "rayproject/ray:2.60.0-py312-gpu"
     hyperpod_node_recovery: str = "Automatic"
     hyperpod_deep_health_checks: str = "InstanceStress,InstanceConnectivity"
     hyperpod_cpu_nodes: int = 0
     hyperpod_training_plan_arn: str | None = None
     hyperpod_tiered_checkpointing_percent: int | None = None
     hyperpod_helm_chart: str = HYPERPOD_HELM_CHART_DEFAULT
+    training_operator_chart: str = TRAINING_OPERATOR_CHART_DEFAULT
+    apply_jobs: bool = False
+    manifests_dir: str | None = None
 
     # ---- derived values -------------------------------------------------------------------
     @property
@@ -245,6 +250,10 @@ def _check(c: TrainingConfig) -> list[str]:
     errors += _check_storage(c)
     if c.compute == "hyperpod":
         errors += _check_hyperpod(c)
+    if not re.fullmatch(r"[\w./-]+:[\w.-]+", c.ray_image):
+        errors.append(
+            f"ray_image: {c.ray_image!r} must be an image reference with a tag, e.g. rayproject/ray:2.60.0-py312-gpu"
+        )
     if not c.dlc_image_tag:
         errors.append("dlc_image_tag: required, e.g. 2.8.0-gpu-py312-cu129-ubuntu22.04-ec2")
     elif not _DLC_TAG.match(c.dlc_image_tag):

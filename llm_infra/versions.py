@@ -51,3 +51,10 @@ EFA_DEVICE_PLUGIN = HelmChartPin(
     version="v0.5.21",
     namespace="kube-system",
 )
+
+KUBERAY_OPERATOR = HelmChartPin(
+    chart="kuberay-operator",
+    repository="https://ray-project.github.io/kuberay-helm/",
+    version="1.7.0",
+    namespace="kuberay-system",
+)

@@ -15,6 +15,8 @@ from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInsta
 from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies
 from llm_infra.constructs.training_cluster import TrainingCluster
 from llm_infra.constructs.training_job_role import TrainingJobRole
+from llm_infra.k8s_manifests.values import WorkloadValues
+from llm_infra.stacks.workloads import ClusterWorkloads
 
 
 class ClusterStack(cdk.Stack):
@@ -29,6 +31,7 @@ class ClusterStack(cdk.Stack):
         gpu_subnet: ec2.ISubnet,
         efa_security_group: ec2.ISecurityGroup,
         training_access_policy: iam.IManagedPolicy,
+        workloads: WorkloadValues,
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
@@ -55,6 +58,18 @@ class ClusterStack(cdk.Stack):
             "TrainingJob",
             cluster=self.training_cluster,
             access_policies=[training_access_policy],
+            namespace=workloads.namespace,
+            service_account=workloads.service_account,
+        )
+        self.workloads = ClusterWorkloads(
+            self,
+            "Workloads",
+            cluster=self.training_cluster.cluster,
+            values=workloads,
+            apply_jobs=config.apply_jobs,
+            training_operator_chart=Path(config.training_operator_chart),
+            # In HyperPod mode, PyTorchJob's CRD and operator come with the HyperPod dependencies chart.
+            wait_for=[self.hyperpod_dependencies] if self.hyperpod is not None else None,
         )
         cdk.CfnOutput(self, "ClusterName", value=self.training_cluster.cluster_name)
         cdk.CfnOutput(self, "ClusterArn", value=self.training_cluster.cluster_arn)
@@ -110,7 +125,7 @@ class ClusterStack(cdk.Stack):
                     gpu=False,
                 )
             )
-        dependencies = HyperPodDependencies(
+        self.hyperpod_dependencies = HyperPodDependencies(
             self,
             "HyperPodDependencies",
             cluster=self.training_cluster.cluster,
@@ -129,5 +144,5 @@ class ClusterStack(cdk.Stack):
             lifecycle_environment={"HUGEPAGES_2MIB": str(config.hugepages_2mib)},
         )
         # AWS: install the dependencies before the HyperPod cluster joins the EKS cluster.
-        hyperpod.node.add_dependency(dependencies)
+        hyperpod.node.add_dependency(self.hyperpod_dependencies)
         return hyperpod

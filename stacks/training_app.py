@@ -11,6 +11,7 @@ from llm_infra.config import TrainingConfig
 from llm_infra.stacks.cluster_stack import ClusterStack
 from llm_infra.stacks.network_stack import NetworkStack
 from llm_infra.stacks.storage_stack import StorageStack
+from llm_infra.stacks.workloads import workload_values
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ def add_training_stacks(app: cdk.App, config: TrainingConfig, *, nag: bool = Tru
         gpu_subnet=network.network.gpu_subnet,
         efa_security_group=network.efa.security_group,
         training_access_policy=storage.training_access_policy,
+        workloads=workload_values(config, storage.lustre),
         env=env,
     )
     for stack in (network, storage, cluster):

@@ -363,7 +363,7 @@ def test_device_plugins_are_pinned_helm_charts_on_the_right_nodes(default_app) -
         c["Properties"]["Chart"]: c["Properties"]
         for c in default_app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart").values()
     }
-    assert set(charts) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin"}
+    assert set(charts) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kuberay-operator"}
     assert all(c["Version"] for c in charts.values())
     assert '"llm-infra.aws/efa":"true"' in charts["aws-efa-k8s-device-plugin"]["Values"]
     assert '"llm-infra.aws/node-role":"gpu"' in charts["nvidia-device-plugin"]["Values"]

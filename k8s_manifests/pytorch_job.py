@@ -1,0 +1,78 @@
+"""A PyTorchJob (kubeflow.org/v1) that runs torchrun, elastic, one pod per GPU node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cdk8s
+from constructs import Construct
+
+from llm_infra.k8s_manifests.objects import api_object
+from llm_infra.k8s_manifests.pod_spec import WORKLOADS_MOUNT, gpu_pod_spec, one_pod_per_node, resilience_annotations
+from llm_infra.k8s_manifests.values import WorkloadValues
+
+JOB_LABEL = "llm-infra.aws/job"
+RDZV_PORT = 29400
+
+
+def pytorch_job(
+    scope: Construct,
+    construct_id: str,
+    *,
+    values: WorkloadValues,
+    name: str,
+    script: str,
+    args: list[str],
+    nodes: int | None = None,
+    min_nodes: int | None = None,
+    max_nodes: int | None = None,
+    max_restarts: int | None = None,
+) -> cdk8s.ApiObject:
+    """torchrun ``/workloads/<script>`` on ``nodes`` GPU nodes, rendezvous c10d, elastic min..max.
+
+    The training operator passes the rendezvous settings to torchrun as ``PET_*`` variables
+    (nnodes ``min:max``, c10d endpoint, max restarts); torchrun restarts failed workers and the
+    payload resumes from its last complete checkpoint. In HyperPod mode the job also carries the
+    auto-resume annotations.
+    """
+    nodes = nodes or values.gpu_nodes
+    min_nodes = min_nodes or min(values.gpu_nodes_min, nodes)
+    max_nodes = max_nodes or max(values.gpu_nodes_max, nodes)
+    if not 1 <= min_nodes <= nodes <= max_nodes:
+        raise ValueError(f"{name}: nodes must satisfy 1 <= min <= nodes <= max, got {min_nodes}/{nodes}/{max_nodes}")
+    labels = {JOB_LABEL: name}
+    command = ["torchrun", f"--nproc-per-node={values.profile.gpus}", f"{WORKLOADS_MOUNT}/{script}", *args]
+    pod_spec = gpu_pod_spec(
+        values,
+        container_name="pytorch",  # the training operator looks for this container name
+        command=command,
+        extra_env={"PYTHONPATH": WORKLOADS_MOUNT},
+        affinity=one_pod_per_node(labels),
+    )
+    template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
+    return api_object(
+        scope,
+        construct_id,
+        api_version="kubeflow.org/v1",
+        kind="PyTorchJob",
+        name=name,
+        namespace=values.namespace,
+        labels=labels,
+        annotations=resilience_annotations(values),
+        body={
+            "spec": {
+                "elasticPolicy": {
+                    "rdzvBackend": "c10d",
+                    "rdzvPort": RDZV_PORT,
+                    "minReplicas": min_nodes,
+                    "maxReplicas": max_nodes,
+                    "maxRestarts": values.max_restarts if max_restarts is None else max_restarts,
+                },
+                "nprocPerNode": str(values.profile.gpus),
+                "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": values.job_max_retries},
+                "pytorchReplicaSpecs": {
+                    "Worker": {"replicas": nodes, "restartPolicy": "OnFailure", "template": template}
+                },
+            }
+        },
+    )

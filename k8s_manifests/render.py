@@ -1,0 +1,59 @@
+"""Build every chart from one set of values; write them as plain YAML for kubectl / GitOps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cdk8s
+
+from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.base_chart import BaseChart
+from llm_infra.k8s_manifests.fsx_storage_chart import FsxStorageChart
+from llm_infra.k8s_manifests.kuberay_chart import KubeRayChart
+from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
+from llm_infra.k8s_manifests.validation_chart import ValidationChart
+from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
+
+# Charts that set the cluster up; the rest start GPU jobs.
+PLATFORM_CHARTS = ("base", "fsx-storage", "kuberay")
+JOB_CHARTS = ("validation", "training-job")
+
+
+def build_charts(app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True) -> dict[str, cdk8s.Chart]:
+    """The charts for ``values`` by file name; the FSx volume only when its ids are known."""
+    charts: dict[str, cdk8s.Chart] = {"base": BaseChart(app, "base", values=values)}
+    if values.fsx is not None:
+        charts["fsx-storage"] = FsxStorageChart(app, "fsx-storage", values=values)
+    charts["kuberay"] = KubeRayChart(app, "kuberay", values=values)
+    if jobs:
+        charts["validation"] = ValidationChart(app, "validation", values=values)
+        charts["training-job"] = TrainingJobChart(app, "training-job", values=values)
+    return charts
+
+
+def fsx_from_outputs(outputs_file: Path, storage_gib: int) -> FsxVolume | None:
+    """The FSx ids from ``cdk deploy --outputs-file`` (the storage stack's outputs), if present."""
+    if not outputs_file.is_file():
+        return None
+    for outputs in json.loads(outputs_file.read_text()).values():
+        if "FileSystemId" in outputs:
+            return FsxVolume(
+                file_system_id=outputs["FileSystemId"],
+                dns_name=outputs["FileSystemDnsName"],
+                mount_name=outputs["FileSystemMountName"],
+                storage_gib=storage_gib,
+            )
+    return None
+
+
+def write_dist(config: TrainingConfig, outdir: Path, *, outputs_file: Path = Path("cdk-outputs.json")) -> list[Path]:
+    """Write one YAML file per chart into ``outdir`` (old files there are removed)."""
+    values = WorkloadValues.from_config(config, fsx=fsx_from_outputs(outputs_file, config.fsx_storage_gib))
+    outdir.mkdir(parents=True, exist_ok=True)
+    for old in outdir.glob("*.k8s.yaml"):
+        old.unlink()
+    app = cdk8s.App(outdir=str(outdir))
+    build_charts(app, values)
+    app.synth()
+    return sorted(outdir.glob("*.k8s.yaml"))

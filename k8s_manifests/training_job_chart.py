@@ -1,0 +1,45 @@
+"""TrainingJobChart: the resilient FSDP2 training job (``workloads/train.py``) on every GPU node."""
+
+from __future__ import annotations
+
+import cdk8s
+from constructs import Construct
+
+from llm_infra.k8s_manifests.pytorch_job import pytorch_job
+from llm_infra.k8s_manifests.values import WorkloadValues
+
+
+class TrainingJobChart(cdk8s.Chart):
+    """A PyTorchJob that trains ``preset`` for ``steps`` with checkpoints on FSx.
+
+    Checkpoints go to ``<fsx>/checkpoints/<name>``; a restarted or replaced worker resumes from
+    the newest complete checkpoint there. ``data`` is a token file on FSx (``/fsx/data/...``) or
+    ``synthetic``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        values: WorkloadValues,
+        name: str = "train",
+        preset: str = "8b",
+        steps: int = 1000,
+        checkpoint_every: int = 100,
+        data: str = "synthetic",
+        extra_args: list[str] | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if steps < 1 or checkpoint_every < 1:
+            raise ValueError(f"steps/checkpoint_every: must be >= 1, got {steps}/{checkpoint_every}")
+        args = [
+            f"--preset={preset}",
+            f"--steps={steps}",
+            f"--checkpoint-dir={values.fsx_mount_path}/checkpoints/{name}",
+            f"--checkpoint-every={checkpoint_every}",
+            f"--pg-timeout-seconds={values.pg_timeout_seconds}",
+        ]
+        if data != "synthetic":
+            args.append(f"--data={data}")
+        pytorch_job(self, "Job", values=values, name=name, script="train.py", args=args + (extra_args or []))

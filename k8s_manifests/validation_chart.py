@@ -1,0 +1,111 @@
+"""ValidationChart: node health checks on every GPU node, an all-reduce gate, a small training run.
+
+Run them in order (see the README): each job's logs end in one JSON verdict line and the job
+fails when the verdict does.
+"""
+
+from __future__ import annotations
+
+import cdk8s
+from constructs import Construct
+
+from llm_infra.k8s_manifests.objects import api_object
+from llm_infra.k8s_manifests.pod_spec import WORKLOADS_MOUNT, gpu_pod_spec, one_pod_per_node
+from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL, pytorch_job
+from llm_infra.k8s_manifests.values import WorkloadValues
+
+HEALTH_JOB = "validation-1-health"
+ALLREDUCE_JOB = "validation-2-allreduce"
+TRAINING_JOB = "validation-3-training"
+ALLREDUCE_SIZES = "8M,64M,512M,2G"
+
+
+class ValidationChart(cdk8s.Chart):
+    """(1) ``health_check.py`` on every GPU node (an indexed Job, one pod per node): GPU count,
+    Xid/ECC errors, EFA devices = the instance profile; (2) ``allreduce_bench.py`` across all GPU
+    nodes, pass when bus bandwidth at 2 GiB reaches the profile's threshold (p5: 375 GB/s);
+    (3) ``train.py --preset tiny`` with a checkpoint, an injected fault and a resume: pass when
+    the loss falls and the resumed run finishes from a complete checkpoint.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        values: WorkloadValues,
+        min_busbw_gbps: float | None = None,
+        dcgm_diag_level: int = 0,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if dcgm_diag_level not in (0, 1, 2, 3):
+            raise ValueError(f"dcgm_diag_level: {dcgm_diag_level} is not allowed; allowed: 0 (off), 1, 2, 3")
+        self._health_job(values, dcgm_diag_level)
+        threshold = values.profile.allreduce_busbw_gbps if min_busbw_gbps is None else min_busbw_gbps
+        pytorch_job(
+            self,
+            "AllReduce",
+            values=values,
+            name=ALLREDUCE_JOB,
+            script="allreduce_bench.py",
+            args=[f"--sizes={ALLREDUCE_SIZES}", f"--min-busbw-gbps={threshold:g}", "--json"],
+            min_nodes=values.gpu_nodes,
+            max_nodes=values.gpu_nodes,
+            max_restarts=0,
+        )
+        pytorch_job(
+            self,
+            "Training",
+            values=values,
+            name=TRAINING_JOB,
+            script="train.py",
+            args=[
+                "--preset=tiny",
+                "--steps=60",
+                "--checkpoint-every=20",
+                f"--checkpoint-dir={values.fsx_mount_path}/validation/{TRAINING_JOB}",
+                "--fail-at-step=30",
+                "--fail-rank=0",
+                "--verdict",
+            ],
+            min_nodes=values.gpu_nodes,
+            max_nodes=values.gpu_nodes,
+            max_restarts=1,
+        )
+
+    def _health_job(self, values: WorkloadValues, dcgm_diag_level: int) -> None:
+        labels = {JOB_LABEL: HEALTH_JOB}
+        command = [
+            "python3",
+            f"{WORKLOADS_MOUNT}/health_check.py",
+            f"--expected-gpus={values.profile.gpus}",
+            f"--expected-efa={values.efa_devices}",
+            f"--gpu-name={values.profile.gpu_model.split('-')[0]}",
+            f"--dcgm-diag-level={dcgm_diag_level}",
+        ]
+        pod_spec = gpu_pod_spec(
+            values,
+            container_name="health-check",
+            command=command,
+            restart_policy="Never",
+            affinity=one_pod_per_node(labels),
+        )
+        api_object(
+            self,
+            "Health",
+            api_version="batch/v1",
+            kind="Job",
+            name=HEALTH_JOB,
+            namespace=values.namespace,
+            labels=labels,
+            body={
+                "spec": {
+                    "completionMode": "Indexed",
+                    "completions": values.gpu_nodes,
+                    "parallelism": values.gpu_nodes,
+                    "backoffLimit": 0,
+                    "ttlSecondsAfterFinished": 86400,
+                    "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+                }
+            },
+        )

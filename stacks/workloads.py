@@ -1,0 +1,117 @@
+"""Put the workload charts on the cluster: the bridge from CDK values to cdk8s, and the operators."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+import cdk8s
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct, IDependable
+
+from llm_infra.config import TrainingConfig
+from llm_infra.constructs.lustre_storage import LustreStorage
+from llm_infra.constructs.nag import CDK_S3_READ_FINDINGS, acknowledge, asset_bucket_objects_finding
+from llm_infra.k8s_manifests.render import PLATFORM_CHARTS, build_charts
+from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
+from llm_infra.node_labels import HEALTH_STATUS_TOLERATION
+from llm_infra.versions import KUBERAY_OPERATOR
+
+
+def workload_values(config: TrainingConfig, lustre: LustreStorage) -> WorkloadValues:
+    """The one bridge: the charts get the file system's CDK tokens as plain strings."""
+    fsx = FsxVolume(
+        file_system_id=lustre.file_system_id,
+        dns_name=lustre.dns_name,
+        mount_name=lustre.mount_name,
+        storage_gib=config.fsx_storage_gib,
+    )
+    return WorkloadValues.from_config(config, fsx=fsx)
+
+
+class ClusterWorkloads(Construct):
+    """Operators (KubeRay; the Kubeflow training operator on plain EKS) and the charts, applied by deploy.
+
+    The platform charts (namespace, service account, payload ConfigMap, FSx volume, Ray) are
+    always applied; the GPU jobs (validation, training) only with ``apply_jobs``, otherwise they
+    are run on demand from the YAML in ``k8s_manifests/dist/``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        values: WorkloadValues,
+        apply_jobs: bool = False,
+        training_operator_chart: Path | None = None,
+        wait_for: list[IDependable] | None = None,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.kuberay_operator = eks.HelmChart(
+            self,
+            "KubeRayOperator",
+            cluster=cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
+            chart=KUBERAY_OPERATOR.chart,
+            repository=KUBERAY_OPERATOR.repository,
+            version=KUBERAY_OPERATOR.version,
+            namespace=KUBERAY_OPERATOR.namespace,
+            create_namespace=True,
+            release=KUBERAY_OPERATOR.chart,
+            values={"tolerations": [HEALTH_STATUS_TOLERATION]},
+        )
+        self.training_operator = self._training_operator(cluster, values, training_operator_chart)
+
+        charts = build_charts(cdk8s.App(), values, jobs=apply_jobs)
+        self.manifests: dict[str, eks.KubernetesManifest] = {}
+        for name, chart in charts.items():
+            self.manifests[name] = cluster.add_cdk8s_chart(f"Chart-{name}", chart)
+        base = self.manifests["base"]
+        for name, manifest in self.manifests.items():
+            if name != "base":
+                manifest.node.add_dependency(base)
+        self.manifests["kuberay"].node.add_dependency(self.kuberay_operator)
+        for prerequisite in wait_for or []:  # e.g. the HyperPod dependencies chart (PyTorchJob CRD)
+            for manifest in self.manifests.values():
+                manifest.node.add_dependency(prerequisite)
+        if self.training_operator is not None:
+            for name in set(self.manifests) - set(PLATFORM_CHARTS):
+                self.manifests[name].node.add_dependency(self.training_operator)
+
+    def _training_operator(
+        self, cluster: eks.Cluster, values: WorkloadValues, chart_dir: Path | None
+    ) -> eks.HelmChart | None:
+        """On plain EKS, the Kubeflow training operator (PyTorchJob) from a local chart copy.
+
+        HyperPod mode gets it from the HyperPod dependencies chart. Without a chart the stack
+        still deploys, with a warning: PyTorchJobs then need an operator installed by hand.
+        """
+        if values.hyperpod:
+            return None
+        if chart_dir is None or not (chart_dir / "Chart.yaml").is_file():
+            cdk.Annotations.of(self).add_warning_v2(
+                "llm-infra:no-training-operator",
+                f"training_operator_chart: no chart at {chart_dir}; PyTorchJobs (training, validation) need "
+                "the Kubeflow training operator: run `make hyperpod-chart` (it contains one) or install it.",
+            )
+            return None
+        chart = eks.HelmChart(
+            self,
+            "TrainingOperator",
+            cluster=cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
+            chart_asset=s3_assets.Asset(self, "TrainingOperatorChart", path=str(chart_dir)),
+            release="training-operators",
+            namespace="kubeflow",
+            create_namespace=True,
+            values={"tolerations": [HEALTH_STATUS_TOLERATION]},
+        )
+        acknowledge(
+            cluster.node.find_child("KubectlProvider"),
+            "IAM5",
+            "The kubectl handler reads the training-operator chart asset from the CDK assets bucket "
+            "(CDK's grant_read).",
+            findings=[*CDK_S3_READ_FINDINGS, asset_bucket_objects_finding(self)],
+        )
+        return chart

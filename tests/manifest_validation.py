@@ -1,0 +1,65 @@
+"""Validate Kubernetes objects offline: built-in kinds with kubernetes-validate (strict), custom
+resources against the upstream CRD's served openAPIV3Schema (strict: unknown fields rejected)."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from conftest import SHARED_CRDS
+
+CRD_FILES = {
+    ("kubeflow.org", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
+    ("kubeflow.org", "MPIJob"): "kubeflow.org_mpijobs.yaml",
+    ("ray.io", "RayCluster"): "ray.io_rayclusters.yaml",
+    ("ray.io", "RayJob"): "ray.io_rayjobs.yaml",
+}
+
+
+def _structural_to_jsonschema(node: Any) -> Any:
+    """Kubernetes structural-schema extensions -> plain JSON schema, and strict objects."""
+    if isinstance(node, list):
+        return [_structural_to_jsonschema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _structural_to_jsonschema(v) for k, v in node.items()}
+    if node.pop("x-kubernetes-int-or-string", False):
+        node.pop("type", None)
+        node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    preserve = node.pop("x-kubernetes-preserve-unknown-fields", False)
+    if node.get("type") == "object" and "properties" in node and "additionalProperties" not in node and not preserve:
+        node["additionalProperties"] = False
+    return node
+
+
+@cache
+def crd_validator(group: str, version: str, kind: str) -> jsonschema.Draft7Validator:
+    (crd,) = [d for d in yaml.safe_load_all((SHARED_CRDS / CRD_FILES[(group, kind)]).read_text()) if d]
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version and v.get("served")]
+    schema = _structural_to_jsonschema(copy.deepcopy(served["schema"]["openAPIV3Schema"]))
+    schema["properties"]["metadata"] = {"type": "object"}  # the API server validates metadata itself
+    return jsonschema.Draft7Validator(schema)
+
+
+def validate_object(obj: dict[str, Any], kubernetes_version: str) -> str:
+    """Raise on an invalid object; return which validator checked it."""
+    group, _, version = obj["apiVersion"].rpartition("/")
+    if (group, obj["kind"]) in CRD_FILES:
+        errors = sorted(crd_validator(group, version, obj["kind"]).iter_errors(obj), key=str)
+        if errors:
+            raise AssertionError(
+                f"{obj['kind']}/{obj['metadata']['name']}: {errors[0].message} at {list(errors[0].path)}"
+            )
+        return f"crd:{CRD_FILES[(group, obj['kind'])]}"
+    kubernetes_validate.validate(obj, kubernetes_version, strict=True)
+    return f"kubernetes:{kubernetes_version}"
+
+
+def load_documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]

@@ -1,0 +1,101 @@
+"""Helpers to run the payload under torchrun on CPU (gloo), bounded by timeouts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+WORKLOADS = REPO_ROOT / "workloads"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+# Small enough for ~0.1 s per step on one core per rank.
+SMALL = ["--preset=tiny", "--batch-size=2", "--seq-len=64", "--log-every=1000"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(script: str, args: list[str], *, nproc: int = 2, max_restarts: int = 0) -> list[str]:
+    return [
+        *TORCHRUN,
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--max-restarts={max_restarts}",
+        "--monitor-interval=0.5",
+        str(WORKLOADS / script),
+        *args,
+    ]
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def run_torchrun(script: str, args: list[str], *, nproc: int = 2, max_restarts: int = 0, timeout: int = 120):
+    result = subprocess.run(
+        torchrun_command(script, args, nproc=nproc, max_restarts=max_restarts),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env(),
+        cwd=WORKLOADS,
+    )
+    return result
+
+
+def json_lines(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def summary(stdout: str) -> dict:
+    (last,) = [r for r in json_lines(stdout) if r.get("event") == "summary"][-1:]
+    return last
+
+
+def train(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
+    return run_torchrun("train.py", SMALL + args, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def reference_run(tmp_path_factory):
+    """An uninterrupted 10-step run with checkpoints every 2 steps: the result to match."""
+    directory = tmp_path_factory.mktemp("reference")
+    result = train(["--steps=10", f"--checkpoint-dir={directory}", "--checkpoint-every=2"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return summary(result.stdout)
+
+
+def start_torchrun(script: str, args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        torchrun_command(script, args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        cwd=WORKLOADS,
+        start_new_session=True,
+    )
+
+
+def sigterm_after(process: subprocess.Popen[str], checkpoint_dir: Path, timeout: float = 90) -> tuple[str, str]:
+    """Wait for the first committed checkpoint, then SIGTERM torchrun (as Kubernetes does)."""
+    deadline = time.monotonic() + timeout
+    while not (checkpoint_dir / "latest").exists():
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            raise AssertionError("no checkpoint before SIGTERM: " + (process.communicate()[1] or "")[-2000:])
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGTERM)
+    return process.communicate(timeout=timeout)

@@ -1,0 +1,63 @@
+"""train.py's configuration: flags, a config file, and errors for unknown or contradictory input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import WORKLOADS
+
+sys.path.insert(0, str(WORKLOADS))
+import train  # noqa: E402
+
+
+def test_flags_and_file_merge_flags_win(tmp_path: Path) -> None:
+    config_file = tmp_path / "run.json"
+    config_file.write_text(
+        json.dumps({"preset": "tiny", "steps": 50, "checkpoint_dir": "/tmp/x", "checkpoint_every": 5})
+    )
+    config = train.parse_config(["--config", str(config_file), "--steps", "80", "--async-checkpoint"])
+    assert (config.steps, config.checkpoint_every, config.async_checkpoint) == (80, 5, True)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--preset", "405b"], "--preset: '405b' is not allowed"),
+        (["--async-checkpoint"], "--async-checkpoint needs --checkpoint-dir"),
+        (["--fail-rank", "1"], "--fail-rank needs --fail-at-step"),
+        (["--steps", "10", "--fail-at-step", "10"], "--fail-at-step: 10 must lie in 1..9"),
+        (["--checkpoint-dir", "/x", "--checkpoint-every", "5", "--mtbf-hours", "3"], "are alternatives: pick one"),
+        (["--verdict"], "--verdict needs --checkpoint-dir"),
+        (["--seq-len", "99999"], "exceeds the preset's max_seq_len"),
+    ],
+)
+def test_contradictory_flags_are_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as err:
+        train.parse_config(argv)
+    assert message in str(err.value)
+
+
+def test_unknown_flags_and_keys_are_errors(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        train.parse_config(["--stepz", "3"])
+    assert "unrecognized arguments: --stepz" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"stepz": 3}))
+    with pytest.raises(SystemExit):
+        train.parse_config(["--config", str(bad)])
+    assert "unknown keys ['stepz']" in capsys.readouterr().err
+
+
+def test_daly_schedule_uses_the_measured_stall() -> None:
+    # MTBF 1 h, save stall 2 s: Daly's interval is ~118 s of training between checkpoints.
+    schedule = train.CheckpointSchedule(train.TrainConfig(checkpoint_dir="/x", mtbf_hours=1.0))
+    schedule.last_save -= 100
+    assert not schedule.due(1, step_seconds=0.01, save_stall=2.0)
+    schedule.last_save -= 20
+    assert schedule.due(1, step_seconds=0.01, save_stall=2.0)
+    # A slower save moves the next checkpoint out (sqrt(2 * 8 * 3600) = 240 s).
+    assert not schedule.due(1, step_seconds=0.01, save_stall=8.0)

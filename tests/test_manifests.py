@@ -1,0 +1,286 @@
+"""The cdk8s charts: validated against Kubernetes' and the operators' real schemas, and what users rely on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
+from conftest import hyperpod_config
+from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR, payload_files
+from llm_infra.k8s_manifests.dlc import dlc_image_uri
+from llm_infra.k8s_manifests.render import write_dist
+from llm_infra.k8s_manifests.values import WorkloadValues
+from manifest_validation import load_documents, validate_object
+
+OUTPUTS = {
+    "llm-infra-storage": {
+        "FileSystemId": "fs-0123456789abcdef0",
+        "FileSystemDnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        "FileSystemMountName": "abcdefgh",
+    }
+}
+OBSOLETE_NCCL_ENV = {
+    "FI_EFA_USE_DEVICE_RDMA",
+    "NCCL_PROTO",
+    "NCCL_ALGO",
+    "FI_EFA_FORK_SAFE",
+    "NCCL_ASYNC_ERROR_HANDLING",
+}
+
+
+def render(tmp_path: Path, config: TrainingConfig) -> dict[str, list[dict]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(json.dumps(OUTPUTS))
+    files = write_dist(config, tmp_path / "dist", outputs_file=outputs)
+    return {f.name.removesuffix(".k8s.yaml"): load_documents(f) for f in files}
+
+
+@pytest.fixture(scope="module")
+def eks(tmp_path_factory) -> dict[str, list[dict]]:
+    return render(tmp_path_factory.mktemp("eks"), TrainingConfig())
+
+
+@pytest.fixture(scope="module")
+def hyperpod(tmp_path_factory) -> dict[str, list[dict]]:
+    return render(tmp_path_factory.mktemp("hyperpod"), hyperpod_config())
+
+
+def by_kind(charts: dict[str, list[dict]], kind: str, name: str | None = None) -> dict:
+    found = [
+        d
+        for docs in charts.values()
+        for d in docs
+        if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, (kind, name, len(found))
+    return found[0]
+
+
+def pod_spec(obj: dict) -> dict:
+    if obj["kind"] == "PyTorchJob":
+        return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    if obj["kind"] == "Job":
+        return obj["spec"]["template"]["spec"]
+    raise AssertionError(obj["kind"])
+
+
+# ---- validation against the real schemas ------------------------------------------------------
+@pytest.mark.parametrize("mode", ["eks", "hyperpod"])
+def test_every_manifest_passes_its_schema(request, mode: str) -> None:
+    charts = request.getfixturevalue(mode)
+    assert set(charts) == {"base", "fsx-storage", "kuberay", "validation", "training-job"}
+    checked = {}
+    for name, docs in charts.items():
+        for doc in docs:
+            checked[f"{name}/{doc['kind']}/{doc['metadata']['name']}"] = validate_object(doc, "1.34")
+    kinds = {key.split("/")[1] for key in checked}
+    assert {"PyTorchJob", "RayCluster", "RayJob", "Job", "PersistentVolume", "ConfigMap", "NetworkPolicy"} <= kinds
+    assert checked["training-job/PyTorchJob/train"] == "crd:kubeflow.org_pytorchjobs.yaml"
+
+
+def test_the_crd_validation_catches_mistakes(eks) -> None:
+    job = json.loads(json.dumps(by_kind(eks, "PyTorchJob", "train")))
+    job["spec"]["elasticPolicy"]["maxRestarts"] = "three"
+    with pytest.raises(AssertionError, match="'three' is not of type 'integer'"):
+        validate_object(job, "1.34")
+    cluster = json.loads(json.dumps(by_kind(eks, "RayCluster")))
+    cluster["spec"]["workerGroupSpecs"][0]["maxReplica"] = 4  # typo of maxReplicas
+    with pytest.raises(AssertionError, match="Additional properties are not allowed"):
+        validate_object(cluster, "1.34")
+
+
+def test_no_unresolved_tokens_or_resolver_errors(tmp_path: Path, eks) -> None:
+    text = yaml.safe_dump_all([d for docs in eks.values() for d in docs])
+    assert "${Token[" not in text and "Failed fetching" not in text
+
+
+def test_without_deploy_outputs_the_fsx_volume_is_left_out(tmp_path: Path) -> None:
+    files = write_dist(TrainingConfig(), tmp_path, outputs_file=tmp_path / "missing.json")
+    assert {f.name for f in files} == {
+        "base.k8s.yaml",
+        "kuberay.k8s.yaml",
+        "validation.k8s.yaml",
+        "training-job.k8s.yaml",
+    }
+
+
+# ---- what the training job must carry --------------------------------------------------------------
+def test_training_job_takes_whole_p5_nodes(eks) -> None:
+    job = by_kind(eks, "PyTorchJob", "train")
+    spec = pod_spec(job)
+    (container,) = spec["containers"]
+    assert container["name"] == "pytorch"
+    limits = container["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == 8 and limits["vpc.amazonaws.com/efa"] == 32
+    assert limits["hugepages-2Mi"] == "10240Mi"
+    assert container["resources"]["requests"] == limits
+    assert (
+        container["image"]
+        == "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
+    )
+    assert container["command"][:3] == ["torchrun", "--nproc-per-node=8", "/workloads/train.py"]
+    assert "--checkpoint-dir=/fsx/checkpoints/train" in container["command"]
+    assert job["spec"]["elasticPolicy"] == {
+        "rdzvBackend": "c10d",
+        "rdzvPort": 29400,
+        "minReplicas": 2,
+        "maxReplicas": 2,
+        "maxRestarts": 3,
+    }
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["fsx"]["persistentVolumeClaim"]["claimName"] == "fsx-data"
+    assert volumes["workloads"]["configMap"]["name"] == "llm-infra-workloads"
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/dev/shm", "/fsx", "/workloads"}
+    assert spec["serviceAccountName"] == "training"
+
+
+def test_nccl_environment_is_minimal_and_current(eks) -> None:
+    env = {e["name"]: e["value"] for e in pod_spec(by_kind(eks, "PyTorchJob", "train"))["containers"][0]["env"]}
+    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    assert env["NCCL_DEBUG"] == "WARN"
+    assert env["FI_PROVIDER"] == "efa"
+    assert not OBSOLETE_NCCL_ENV & set(env)
+
+
+def test_affinity_gpu_nodes_and_away_from_unhealthy_ones(eks) -> None:
+    affinity = pod_spec(by_kind(eks, "PyTorchJob", "train"))["affinity"]
+    (term,) = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    expressions = {e["key"]: e for e in term["matchExpressions"]}
+    assert expressions["llm-infra.aws/node-role"] == {
+        "key": "llm-infra.aws/node-role",
+        "operator": "In",
+        "values": ["gpu"],
+    }
+    health = expressions["sagemaker.amazonaws.com/node-health-status"]
+    assert health["operator"] == "NotIn" and "Schedulable" not in health["values"]
+    assert "UnschedulablePendingReplacement" in health["values"]
+    anti = affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_hyperpod_mode_adds_auto_resume_annotations(eks, hyperpod) -> None:
+    annotations = by_kind(hyperpod, "PyTorchJob", "train")["metadata"]["annotations"]
+    assert annotations == {
+        "sagemaker.amazonaws.com/enable-job-auto-resume": "true",
+        "sagemaker.amazonaws.com/job-max-retry-count": "3",
+    }
+    assert "annotations" not in by_kind(eks, "PyTorchJob", "train")["metadata"]
+
+
+def test_efa_count_comes_from_the_instance_profile(tmp_path: Path) -> None:
+    charts = render(tmp_path, TrainingConfig(gpu_instance_type="p4d.24xlarge"))
+    limits = pod_spec(by_kind(charts, "PyTorchJob", "train"))["containers"][0]["resources"]["limits"]
+    assert limits["vpc.amazonaws.com/efa"] == 4
+    no_efa = render(tmp_path / "g5", TrainingConfig(gpu_instance_type="g5.2xlarge"))
+    container = pod_spec(by_kind(no_efa, "PyTorchJob", "train"))["containers"][0]
+    assert "vpc.amazonaws.com/efa" not in container["resources"]["limits"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert "FI_PROVIDER" not in {e["name"] for e in container["env"]}
+
+
+# ---- storage, payload, validation, Ray -------------------------------------------------------------
+def test_fsx_static_volume_and_claim(eks) -> None:
+    pv = by_kind(eks, "PersistentVolume")
+    assert pv["spec"]["csi"] == {
+        "driver": "fsx.csi.aws.com",
+        "volumeHandle": "fs-0123456789abcdef0",
+        "volumeAttributes": {"dnsname": OUTPUTS["llm-infra-storage"]["FileSystemDnsName"], "mountname": "abcdefgh"},
+    }
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    pvc = by_kind(eks, "PersistentVolumeClaim")
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"] and pvc["spec"]["storageClassName"] == ""
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "1200Gi"
+
+
+def test_configmap_equals_the_workloads_folder(eks) -> None:
+    data = by_kind(eks, "ConfigMap")["data"]
+    on_disk = {p.name: p.read_text() for p in WORKLOADS_DIR.iterdir() if p.suffix == ".py"}
+    assert data == on_disk == payload_files()
+    assert {"train.py", "health_check.py", "allreduce_bench.py", "ray_train.py", "checkpointing.py", "model.py"} <= set(
+        data
+    )
+
+
+def test_validation_suite(eks) -> None:
+    health = by_kind(eks, "Job", "validation-1-health")
+    assert health["spec"]["completionMode"] == "Indexed"
+    assert health["spec"]["completions"] == health["spec"]["parallelism"] == 2
+    command = pod_spec(health)["containers"][0]["command"]
+    assert command[:2] == ["python3", "/workloads/health_check.py"]
+    assert "--expected-gpus=8" in command and "--expected-efa=32" in command and "--gpu-name=H100" in command
+    assert pod_spec(health)["affinity"]["podAntiAffinity"]  # one pod per node
+    allreduce = pod_spec(by_kind(eks, "PyTorchJob", "validation-2-allreduce"))["containers"][0]["command"]
+    assert "/workloads/allreduce_bench.py" in allreduce and "--min-busbw-gbps=375" in allreduce
+    assert "--sizes=8M,64M,512M,2G" in allreduce
+    training = pod_spec(by_kind(eks, "PyTorchJob", "validation-3-training"))["containers"][0]["command"]
+    assert {"--preset=tiny", "--verdict", "--fail-at-step=30"} <= set(training)
+
+
+def test_kuberay_cluster_and_job(eks) -> None:
+    cluster = by_kind(eks, "RayCluster")
+    assert cluster["spec"]["gcsFaultToleranceOptions"] == {
+        "redisAddress": "ray-gcs-redis.training.svc.cluster.local:6379"
+    }
+    (workers,) = cluster["spec"]["workerGroupSpecs"]
+    assert (workers["minReplicas"], workers["replicas"], workers["maxReplicas"]) == (2, 2, 2)
+    worker = workers["template"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"]["vpc.amazonaws.com/efa"] == 32 and "command" not in worker
+    assert cluster["spec"]["enableInTreeAutoscaling"] is True and cluster["spec"]["rayVersion"] == "2.60.0"
+    job = by_kind(eks, "RayJob")
+    assert job["spec"]["clusterSelector"] == {"ray.io/cluster": "ray"}
+    assert (
+        "--storage-path=/fsx/ray/results" in job["spec"]["entrypoint"]
+        and "--max-failures=3" in job["spec"]["entrypoint"]
+    )
+    policy = by_kind(eks, "NetworkPolicy")
+    assert policy["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": {"ray.io/cluster": "ray"}}}]
+
+
+# ---- bad input --------------------------------------------------------------------------------------
+def test_bad_input_is_a_clear_error() -> None:
+    values = WorkloadValues.from_config(TrainingConfig(gpu_nodes=4, gpu_nodes_min=2, gpu_nodes_max=8))
+    with pytest.raises(ValueError, match="gpu_nodes: training jobs need 1 <= gpu_nodes_min <= gpu_nodes"):
+        WorkloadValues(**{**values.__dict__, "gpu_nodes": 1})
+    with pytest.raises(ValueError, match="dlc_image_tag: required"):
+        dlc_image_uri("us-east-1", "")
+    with pytest.raises(ValueError, match="efa: g5.2xlarge has no EFA"):
+        WorkloadValues.from_config(TrainingConfig(gpu_instance_type="g5.2xlarge")).__class__(
+            **{**WorkloadValues.from_config(TrainingConfig(gpu_instance_type="g5.2xlarge")).__dict__, "efa": True}
+        )
+    with pytest.raises(ValueError, match="region: no AWS Deep Learning Containers registry known for 'xx-east-9'"):
+        dlc_image_uri("xx-east-9", "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2")
+
+
+@pytest.mark.parametrize(
+    ("region", "registry"),
+    [
+        ("us-west-2", "763104351884.dkr.ecr.us-west-2.amazonaws.com"),
+        ("ap-east-1", "871362719292.dkr.ecr.ap-east-1.amazonaws.com"),
+        ("me-south-1", "217643126080.dkr.ecr.me-south-1.amazonaws.com"),
+        ("cn-north-1", "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn"),
+    ],
+)
+def test_dlc_registry_per_region(region: str, registry: str) -> None:
+    assert dlc_image_uri(region, "tag").startswith(f"{registry}/pytorch-training:")
+
+
+# ---- snapshots ----------------------------------------------------------------------------------------
+class YamlSnapshot(SingleFileSnapshotExtension):
+    _write_mode = WriteMode.TEXT
+    file_extension = "yaml"
+
+
+@pytest.mark.parametrize("chart", ["base", "fsx-storage", "kuberay", "validation", "training-job"])
+def test_manifest_snapshot(eks, snapshot, chart: str) -> None:
+    documents = eks[chart]
+    if chart == "base":  # the ConfigMap is the workloads folder (asserted above); snapshot its keys only
+        documents = [dict(d, data=sorted(d["data"])) if d["kind"] == "ConfigMap" else d for d in documents]
+    assert yaml.safe_dump_all(documents, sort_keys=True) == snapshot.use_extension(YamlSnapshot)

@@ -1,0 +1,113 @@
+"""All-reduce bandwidth across every rank (torchrun), with a pass/fail gate. torch + stdlib only.
+
+    torchrun --nnodes 2 --nproc-per-node 8 allreduce_bench.py --sizes 8M,512M,2G --min-busbw-gbps 375
+
+algbw = bytes / time; busbw = algbw x 2(n-1)/n (the NCCL-tests convention: the bandwidth each
+link must carry for a ring all-reduce). The gate applies to the largest size. The last output
+line is a JSON verdict; the exit code is 0 (pass) or 1 (fail).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"(\d+)([KMG]?)B?", text.strip().upper())
+    if not match:
+        raise argparse.ArgumentTypeError(f"size {text!r}: use bytes with an optional K, M or G suffix, e.g. 512M")
+    return int(match[1]) * UNITS[match[2]]
+
+
+def bus_bandwidth(algbw: float, world_size: int) -> float:
+    return algbw * 2 * (world_size - 1) / world_size if world_size > 1 else algbw
+
+
+def measure(size_bytes: int, device: torch.device, warmup: int, iters: int) -> float:
+    """Mean seconds per all-reduce of ``size_bytes`` (float32 elements)."""
+    tensor = torch.ones(max(1, size_bytes // 4), dtype=torch.float32, device=device)
+    for _ in range(warmup):
+        dist.all_reduce(tensor)
+    _sync(device)
+    dist.barrier()
+    started = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(tensor)
+    _sync(device)
+    elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank defines the collective
+    return elapsed.item() / iters
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
+    parser.add_argument("--sizes", default="8M,64M,512M,2G", help="comma list, e.g. 1M,2G")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--min-busbw-gbps", type=float, default=0.0, help="gate on the largest size (GB/s)")
+    parser.add_argument("--json", action="store_true", help="one JSON line per size (default: a table)")
+    parser.add_argument("--timeout-seconds", type=int, default=600)
+    args = parser.parse_args(argv)
+    sizes = sorted(parse_size(s) for s in args.sizes.split(","))
+
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_seconds))
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    results = []
+    for size in sizes:
+        seconds = measure(size, device, args.warmup, args.iters)
+        algbw = size / seconds / 1e9
+        result = {
+            "size_bytes": size,
+            "time_us": round(seconds * 1e6, 1),
+            "algbw_gbps": round(algbw, 3),
+            "busbw_gbps": round(bus_bandwidth(algbw, world), 3),
+        }
+        results.append(result)
+        if rank == 0:
+            busbw = result["busbw_gbps"]
+            table = f"{size:>14d} B {result['time_us']:>12.1f} us  algbw {algbw:8.2f}  busbw {busbw:8.2f} GB/s"
+            print(json.dumps(result) if args.json else table, flush=True)
+    gate = results[-1]["busbw_gbps"] >= args.min_busbw_gbps
+    if rank == 0:
+        print(
+            json.dumps(
+                {
+                    "verdict": "pass" if gate else "fail",
+                    "world_size": world,
+                    "backend": backend,
+                    "busbw_gbps": results[-1]["busbw_gbps"],
+                    "min_busbw_gbps": args.min_busbw_gbps,
+                    "size_bytes": results[-1]["size_bytes"],
+                }
+            ),
+            flush=True,
+        )
+    dist.destroy_process_group()
+    return 0 if gate else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

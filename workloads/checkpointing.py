@@ -1,0 +1,209 @@
+"""Checkpoints that only count when complete: sharded DCP state, atomic commit, fallback on load.
+
+Layout under ``checkpoint_dir``::
+
+    step-00000040/      a committed checkpoint: DCP shards + .metadata, rank-<r>.pt, COMMITTED
+    .tmp-step-00000060/ a save in progress (ignored on load, removed on the next start)
+    latest              "step-00000040", replaced atomically after each commit
+
+A save writes into ``.tmp-step-N``; when every rank has finished its shards (for an async save:
+when every rank's write is durable), rank 0 writes ``COMMITTED`` last and renames the folder, then
+moves ``latest``. A load takes the newest committed checkpoint that every rank can read and falls
+back to the previous one, with a warning, when it is corrupt. Imports only torch and stdlib.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
+
+COMMIT_MARKER = "COMMITTED"
+LATEST = "latest"
+PREFIX = "step-"
+TMP_PREFIX = ".tmp-step-"
+
+
+def step_dir_name(step: int) -> str:
+    return f"{PREFIX}{step:08d}"
+
+
+@dataclass
+class PendingSave:
+    step: int
+    tmp_dir: Path
+    future: Future[Any]
+    started: float
+
+
+class CheckpointManager:
+    """Saves and restores the state of a training run (see the module docstring for the protocol).
+
+    ``state_fn`` returns the sharded state to save (model, optimizer, scheduler, step, data
+    position); ``rank_state_fn`` the per-rank state (RNG). ``keep`` committed checkpoints are kept.
+    With ``async_save``, DCP writes in the background on its own gloo process group and training
+    continues; the checkpoint is committed at the next save or at :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        keep: int = 3,
+        async_save: bool = False,
+        log: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        if keep < 1:
+            raise ValueError(f"keep: {keep} must be >= 1")
+        self.directory = directory
+        self.keep = keep
+        self.rank = dist.get_rank()
+        self.log = log or (lambda record: None)
+        self.async_group = dist.new_group(backend="gloo") if async_save else None
+        self.pending: PendingSave | None = None
+        self.last_save_seconds: float | None = None  # the training stall of the last save
+        if self.rank == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+            for stale in directory.glob(f"{TMP_PREFIX}*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        dist.barrier()
+
+    # ---- saving --------------------------------------------------------------------------
+    def save(
+        self,
+        step: int,
+        state: dict[str, Any],
+        rank_state: dict[str, Any],
+        *,
+        crash_before_commit: bool = False,
+    ) -> None:
+        """Write a checkpoint of ``step``; blocking, or in the background with ``async_save``."""
+        self.finalize()  # an earlier async save is committed (or fails) first
+        started = time.perf_counter()
+        tmp_dir = self.directory / f"{TMP_PREFIX}{step:08d}"
+        if self.rank == 0:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+        dist.barrier()
+        torch.save(rank_state, tmp_dir / f"rank-{self.rank}.pt")
+        if self.async_group is None:
+            dcp.save(state, checkpoint_id=str(tmp_dir))
+            self.last_save_seconds = time.perf_counter() - started
+            if crash_before_commit:
+                _die_mid_checkpoint(tmp_dir, self.rank)
+            self._commit(step, tmp_dir, started)
+            return
+        response = dcp.async_save(state, checkpoint_id=str(tmp_dir), process_group=self.async_group)
+        # A Future, or (with an async stager) an AsyncSaveResponse whose upload completes later.
+        future = cast(Future[Any], getattr(response, "upload_completion", response))
+        self.last_save_seconds = time.perf_counter() - started  # only the staging stall
+        self.pending = PendingSave(step, tmp_dir, future, started)
+        if crash_before_commit:
+            future.result()
+            _die_mid_checkpoint(tmp_dir, self.rank)
+
+    def finalize(self) -> None:
+        """Wait for a background save on every rank, then commit it."""
+        if self.pending is None:
+            return
+        pending, self.pending = self.pending, None
+        pending.future.result()
+        self._commit(pending.step, pending.tmp_dir, pending.started)
+
+    def close(self) -> None:
+        self.finalize()
+
+    def _commit(self, step: int, tmp_dir: Path, started: float) -> None:
+        dist.barrier()  # every rank's shards are on disk
+        if self.rank == 0:
+            final_dir = self.directory / step_dir_name(step)
+            marker = {"step": step, "world_size": dist.get_world_size(), "committed_at": time.time()}
+            _write_durably(tmp_dir / COMMIT_MARKER, json.dumps(marker))
+            if final_dir.exists():
+                shutil.rmtree(final_dir)
+            os.replace(tmp_dir, final_dir)
+            _write_durably(self.directory / f".{LATEST}.tmp", final_dir.name)
+            os.replace(self.directory / f".{LATEST}.tmp", self.directory / LATEST)
+            self._prune()
+            self.log(
+                {
+                    "event": "checkpoint",
+                    "step": step,
+                    "path": str(final_dir),
+                    "seconds": round(time.perf_counter() - started, 4),
+                }
+            )
+        dist.barrier()
+
+    def _prune(self) -> None:
+        for old in self.committed()[self.keep :]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    # ---- loading -------------------------------------------------------------------------
+    def committed(self) -> list[Path]:
+        """Committed checkpoints, newest first."""
+        if not self.directory.is_dir():
+            return []
+        found = [p for p in self.directory.glob(f"{PREFIX}*") if (p / COMMIT_MARKER).is_file()]
+        return sorted(found, key=lambda p: p.name, reverse=True)
+
+    def load_latest(self, state: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """Load the newest checkpoint that every rank reads without error into ``state``.
+
+        Returns ``(step, rank_state)``, or None for a fresh start. A corrupt or partial checkpoint
+        is skipped with a warning and the previous one is tried.
+        """
+        candidates = self.committed() if self.rank == 0 else []
+        names: list[Any] = [[p.name for p in candidates]]
+        dist.broadcast_object_list(names, src=0)
+        for name in names[0]:
+            path = self.directory / name
+            error = ""
+            rank_state: dict[str, Any] = {}
+            try:
+                dcp.load(state, checkpoint_id=str(path))
+                rank_state = torch.load(path / f"rank-{self.rank}.pt", weights_only=False)
+            except (Exception, CheckpointException) as exc:  # noqa: BLE001 - unreadable: try the previous one
+                error = f"{type(exc).__name__}: {exc}"
+            ok = torch.tensor([0 if error else 1])
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            if ok.item() == 1:
+                step = json.loads((path / COMMIT_MARKER).read_text())["step"]
+                self.log({"event": "resume", "step": step, "path": str(path)})
+                return step, rank_state
+            warning = {
+                "event": "checkpoint_skipped",
+                "path": str(path),
+                "reason": error or "unreadable on another rank",
+            }
+            print(json.dumps(warning), file=sys.stderr, flush=True)
+            self.log(warning)
+        return None
+
+
+def _write_durably(path: Path, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _die_mid_checkpoint(tmp_dir: Path, rank: int) -> None:
+    """Fault injection: the shards are written but nothing is committed; the process dies."""
+    print(
+        json.dumps({"event": "fault", "kind": "die_mid_checkpoint", "rank": rank, "path": str(tmp_dir)}),
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(13)

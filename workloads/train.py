@@ -1,0 +1,439 @@
+"""Resilient FSDP2 training of a Llama-style model, for torchrun on CPU (gloo) or GPU (NCCL).
+
+    torchrun --nproc-per-node 8 train.py --preset 8b --steps 1000 --checkpoint-dir /fsx/ckpt
+
+Every metric is a JSON line on stdout (rank 0); the last one is the summary with ``step``,
+``loss`` and ``param_sha256`` (a hash of the full parameters) so runs can be compared exactly.
+A restarted run resumes from the newest complete checkpoint. Imports only torch and stdlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from checkpoint_interval import daly_interval
+from checkpointing import CheckpointManager
+from data import SyntheticTokens, TokenFile
+from model import PRESETS, Transformer, flops_per_token
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+# Dense bf16 peak TFLOP/s per GPU, for MFU.
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0}
+
+
+@dataclass
+class TrainConfig:
+    preset: str = "tiny"
+    steps: int = 100
+    seed: int = 0
+    batch_size: int = 8
+    seq_len: int = 128
+    lr: float = 3e-3
+    warmup_steps: int = 10
+    data: str = "synthetic"
+    data_dtype: str = "uint16"
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    checkpoint_interval_seconds: float | None = None
+    mtbf_hours: float | None = None
+    keep_checkpoints: int = 3
+    async_checkpoint: bool = False
+    activation_checkpointing: bool = False
+    compile: bool = False
+    pg_timeout_seconds: int = 600
+    fail_at_step: int | None = None
+    fail_rank: int | None = None
+    fail_in_checkpoint_at_step: int | None = None
+    verdict: bool = False
+    log_every: int = 1
+
+    def validate(self) -> None:
+        errors = []
+        if self.preset not in PRESETS:
+            errors.append(f"--preset: {self.preset!r} is not allowed; allowed: {', '.join(PRESETS)}")
+        elif self.seq_len > PRESETS[self.preset].max_seq_len:
+            errors.append(
+                f"--seq-len: {self.seq_len} exceeds the preset's max_seq_len {PRESETS[self.preset].max_seq_len}"
+            )
+        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 2:
+            errors.append("--steps, --batch-size must be >= 1 and --seq-len >= 2")
+        schedules = [self.checkpoint_every, self.checkpoint_interval_seconds, self.mtbf_hours]
+        if sum(s is not None for s in schedules) > 1:
+            errors.append(
+                "--checkpoint-every, --checkpoint-interval-seconds and --mtbf-hours are alternatives: pick one"
+            )
+        needs_dir = {
+            "--async-checkpoint": self.async_checkpoint,
+            "--checkpoint-every": self.checkpoint_every is not None,
+            "--checkpoint-interval-seconds": self.checkpoint_interval_seconds is not None,
+            "--mtbf-hours": self.mtbf_hours is not None,
+            "--fail-in-checkpoint-at-step": self.fail_in_checkpoint_at_step is not None,
+            "--verdict": self.verdict,
+        }
+        for flag, used in needs_dir.items():
+            if used and not self.checkpoint_dir:
+                errors.append(f"{flag} needs --checkpoint-dir")
+        if self.fail_rank is not None and self.fail_at_step is None and self.fail_in_checkpoint_at_step is None:
+            errors.append("--fail-rank needs --fail-at-step or --fail-in-checkpoint-at-step")
+        for flag, value in (
+            ("--fail-at-step", self.fail_at_step),
+            ("--fail-in-checkpoint-at-step", self.fail_in_checkpoint_at_step),
+        ):
+            if value is not None and not 0 < value < self.steps:
+                errors.append(f"{flag}: {value} must lie in 1..{self.steps - 1}")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            errors.append(f"--checkpoint-every: {self.checkpoint_every} must be >= 1")
+        if errors:
+            raise SystemExit("train.py: invalid configuration:\n  " + "\n  ".join(errors))
+
+
+def parse_config(argv: list[str] | None = None) -> TrainConfig:
+    """Flags and/or ``--config file.json`` (keys are the flag names with underscores); flags win."""
+    parser = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
+    parser.add_argument("--config", type=Path, help="JSON file with defaults for the flags below")
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        if isinstance(default, bool):
+            parser.add_argument(flag, action="store_true", default=None)
+        else:
+            kind = {"int": int, "float": float, "str": str}[str(f.type).split(" ")[0].replace("'", "")]
+            parser.add_argument(flag, type=kind, default=None)
+    args = parser.parse_args(argv)
+    values: dict[str, Any] = {}
+    if args.config:
+        from_file = json.loads(args.config.read_text())
+        unknown = set(from_file) - {f.name for f in fields(TrainConfig)}
+        if unknown:
+            parser.error(f"--config {args.config}: unknown keys {sorted(unknown)}")
+        values.update(from_file)
+    values.update({k: v for k, v in vars(args).items() if v is not None and k != "config"})
+    config = TrainConfig(**values)
+    config.validate()
+    return config
+
+
+# ---- distributed set-up -------------------------------------------------------------------------
+@dataclass
+class Runtime:
+    rank: int
+    world_size: int
+    device: torch.device
+    restart_count: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(timeout_seconds: int) -> Runtime:
+    """gloo on CPU, NCCL on GPU; a short timeout turns hangs into failures torchrun restarts."""
+    rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), "gloo"
+    timeout = timedelta(seconds=timeout_seconds)
+    if "MASTER_ADDR" in os.environ:
+        # A store namespaced by the restart: workers of a restarted round never meet stale keys
+        # (or connect to the dead worker's old gloo ports).
+        base = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+        )
+        store: dist.Store = dist.PrefixStore(f"llm_infra_attempt_{restart_count}", base)
+    else:
+        store = dist.HashStore()  # a single process without torchrun
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    return Runtime(rank, world_size, device, restart_count)
+
+
+def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
+    """The preset model, deterministically initialised, sharded with FSDP2 (bf16 on GPU)."""
+    model = Transformer(PRESETS[config.preset])
+    model.init_weights(config.seed)
+    model.to(runtime.device)
+    if config.activation_checkpointing:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+        for index, block in enumerate(model.layers):
+            model.layers[index] = checkpoint_wrapper(block)
+    # bf16 compute with fp32 reduction on GPU; full precision on CPU.
+    if runtime.device.type == "cuda":
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    else:
+        policy = MixedPrecisionPolicy()
+    for block in model.layers:
+        if config.compile:
+            block.compile()
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    return model
+
+
+def make_data(config: TrainConfig, runtime: Runtime, vocab_size: int) -> SyntheticTokens | TokenFile:
+    common = dict(
+        seq_len=config.seq_len,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        rank=runtime.rank,
+        world_size=runtime.world_size,
+    )
+    if config.data == "synthetic":
+        return SyntheticTokens(vocab_size=vocab_size, **common)
+    return TokenFile(Path(config.data), dtype=config.data_dtype, **common)
+
+
+def lr_lambda(config: TrainConfig):
+    def schedule(step: int) -> float:
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return schedule
+
+
+# ---- the run --------------------------------------------------------------------------------------
+@dataclass
+class Progress:
+    """Where the run is: saved in every checkpoint (the step is also the data position)."""
+
+    step: int = 0
+    initial_loss: float = float("nan")
+
+
+class StopSignal:
+    """SIGTERM (pod eviction, HyperPod node replacement) asks for a final checkpoint, then exit."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+
+class CheckpointSchedule:
+    """When to save: every N steps, every T seconds, or the Daly interval from MTBF and the measured stall."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+        self.last_save = time.monotonic()
+
+    def due(self, step: int, step_seconds: float, save_stall: float | None) -> bool:
+        c = self.config
+        if c.checkpoint_dir is None:
+            return False
+        if c.checkpoint_every is not None:
+            return step % c.checkpoint_every == 0
+        elapsed = time.monotonic() - self.last_save
+        if c.checkpoint_interval_seconds is not None:
+            return elapsed >= c.checkpoint_interval_seconds
+        if c.mtbf_hours is not None:
+            stall = save_stall if save_stall else max(step_seconds, 1e-3)  # first save: measure it
+            return elapsed >= daly_interval(stall, c.mtbf_hours * 3600.0)
+        return False
+
+    def saved(self) -> None:
+        self.last_save = time.monotonic()
+
+
+def emit(runtime: Runtime, record: dict[str, Any]) -> None:
+    if runtime.is_main:
+        print(json.dumps(record), flush=True)
+
+
+def param_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 of the full (gathered) parameters in name order; a collective, every rank calls it."""
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    digest = hashlib.sha256()
+    for name in sorted(full):
+        tensor = full[name]
+        assert isinstance(tensor, torch.Tensor), name
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_config(argv)
+    runtime = init_distributed(config.pg_timeout_seconds)
+    torch.manual_seed(config.seed)
+    args = PRESETS[config.preset]
+    model = build_model(config, runtime)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, foreach=True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
+    data = make_data(config, runtime, args.vocab_size)
+    progress = Progress()
+
+    def checkpoint_state() -> dict[str, Any]:
+        model_state, optim_state = get_state_dict(model, optimizer)
+        return {
+            "model": model_state,
+            "optimizer": optim_state,
+            "scheduler": scheduler.state_dict(),
+            "progress": asdict(progress),
+        }
+
+    checkpoints = None
+    resumed_from = None
+    if config.checkpoint_dir:
+        checkpoints = CheckpointManager(
+            Path(config.checkpoint_dir),
+            keep=config.keep_checkpoints,
+            async_save=config.async_checkpoint,
+            log=lambda r: emit(runtime, r),
+        )
+        state = checkpoint_state()
+        restored = checkpoints.load_latest(state)
+        if restored is not None:
+            resumed_from, rank_state = restored
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            progress = Progress(**state["progress"])
+            torch.set_rng_state(rank_state["cpu_rng"])
+
+    stop = StopSignal()
+    schedule = CheckpointSchedule(config)
+    tokens_per_step = config.batch_size * config.seq_len * runtime.world_size
+    flops = flops_per_token(args, config.seq_len)
+    peak = next(
+        (
+            v
+            for k, v in PEAK_TFLOPS.items()
+            if runtime.device.type == "cuda" and k in torch.cuda.get_device_name(runtime.device)
+        ),
+        None,
+    )
+    emit(
+        runtime,
+        {
+            "event": "start",
+            "preset": config.preset,
+            "world_size": runtime.world_size,
+            "device": runtime.device.type,
+            "restart": runtime.restart_count,
+            "resumed_from": resumed_from,
+        },
+    )
+
+    loss_value = float("nan")
+    while progress.step < config.steps:
+        step = progress.step
+        if config.fail_at_step == step and runtime.restart_count == 0 and runtime.rank == (config.fail_rank or 0):
+            emit_fault(runtime, step)
+            os._exit(17)
+        started = time.perf_counter()
+        batch = data.batch(step)
+        logits = model(batch.inputs.to(runtime.device))
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.to(runtime.device).flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        step_seconds = time.perf_counter() - started
+        progress.step = step + 1
+        # One small collective per step: mean loss, and agreement on stopping and saving.
+        due = schedule.due(progress.step, step_seconds, checkpoints.last_save_seconds if checkpoints else None)
+        flags = torch.tensor([loss.detach().float().cpu().item(), float(stop.requested), float(due)])
+        dist.all_reduce(flags)
+        loss_value = flags[0].item() / runtime.world_size
+        if math.isnan(progress.initial_loss):
+            progress.initial_loss = loss_value
+        if progress.step % config.log_every == 0:
+            tokens_per_s = tokens_per_step / step_seconds
+            mfu = flops * tokens_per_s / (peak * 1e12 * runtime.world_size) if peak else None
+            emit(
+                runtime,
+                {
+                    "event": "step",
+                    "step": progress.step,
+                    "loss": round(loss_value, 6),
+                    "tokens_per_s": round(tokens_per_s, 1),
+                    "step_time_s": round(step_seconds, 4),
+                    "mfu": mfu,
+                },
+            )
+        stopping = flags[1].item() > 0
+        if checkpoints and (flags[2].item() > 0 or stopping or progress.step == config.steps):
+            crash = (
+                config.fail_in_checkpoint_at_step == progress.step
+                and runtime.restart_count == 0
+                and runtime.rank == (config.fail_rank or 0)
+            )
+            checkpoints.save(
+                progress.step, checkpoint_state(), {"cpu_rng": torch.get_rng_state()}, crash_before_commit=crash
+            )
+            schedule.saved()
+        if stopping:
+            emit(runtime, {"event": "stopped", "reason": "SIGTERM", "step": progress.step})
+            break
+    if checkpoints:
+        checkpoints.close()
+
+    summary = {
+        "event": "summary",
+        "step": progress.step,
+        "loss": round(loss_value, 6),
+        "initial_loss": round(progress.initial_loss, 6),
+        "param_sha256": param_sha256(model),
+        "resumed_from": resumed_from,
+        "restart": runtime.restart_count,
+    }
+    emit(runtime, summary)
+    code = 0
+    if config.verdict:
+        code = report_verdict(runtime, summary, checkpoints)
+    dist.destroy_process_group()
+    return code
+
+
+def emit_fault(runtime: Runtime, step: int) -> None:
+    print(
+        json.dumps({"event": "fault", "kind": "exit", "rank": runtime.rank, "step": step}), file=sys.stderr, flush=True
+    )
+
+
+def report_verdict(runtime: Runtime, summary: dict[str, Any], checkpoints: CheckpointManager | None) -> int:
+    """The validation job's verdict: the loss fell and the run ends on a complete checkpoint."""
+    newest = checkpoints.committed()[0].name if checkpoints and checkpoints.committed() else None
+    checks = {
+        "loss_fell": summary["loss"] < summary["initial_loss"],
+        "checkpoint_complete": newest == f"step-{summary['step']:08d}",
+    }
+    verdict = {
+        "verdict": "pass" if all(checks.values()) else "fail",
+        "checks": checks,
+        "resumed_from": summary["resumed_from"],
+    }
+    emit(runtime, verdict)
+    return 0 if verdict["verdict"] == "pass" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
