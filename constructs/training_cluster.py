@@ -115,7 +115,7 @@ class TrainingCluster(Construct):
 
         self.system_nodegroup = self._system_nodegroup(system_instance_type, system_nodes)
         self.addons = self._addons()
-        self.nvidia_device_plugin = self._helm(
+        self.nvidia_device_plugin = self.add_pinned_helm_chart(
             "NvidiaDevicePlugin",
             NVIDIA_DEVICE_PLUGIN,
             {
@@ -123,7 +123,7 @@ class TrainingCluster(Construct):
                 "tolerations": [GPU_TOLERATION, HEALTH_STATUS_TOLERATION],
             },
         )
-        self.efa_device_plugin = self._helm(
+        self.efa_device_plugin = self.add_pinned_helm_chart(
             "EfaDevicePlugin",
             EFA_DEVICE_PLUGIN,
             {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION, HEALTH_STATUS_TOLERATION]},
@@ -131,6 +131,23 @@ class TrainingCluster(Construct):
         self._acknowledge_cdk_internals()
 
     # ---- public API ---------------------------------------------------------------------------
+    def add_pinned_helm_chart(
+        self, construct_id: str, pin: HelmChartPin, values: dict[str, object], *, scope: Construct | None = None
+    ) -> eks.HelmChart:
+        """Install ``pin`` (chart, repository, exact version, namespace) with ``values``."""
+        return eks.HelmChart(
+            scope or self,
+            construct_id,
+            cluster=self.cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
+            chart=pin.chart,
+            repository=pin.repository,
+            version=pin.version,
+            namespace=pin.namespace,
+            create_namespace=pin.namespace != "kube-system",
+            release=pin.chart,
+            values=values,
+        )
+
     @property
     def cluster_name(self) -> str:
         return self.cluster.cluster_name
@@ -254,19 +271,6 @@ class TrainingCluster(Construct):
         for name in ("coredns", "amazon-cloudwatch-observability", "aws-fsx-csi-driver"):
             addons[name].node.add_dependency(self.system_nodegroup)
         return addons
-
-    def _helm(self, construct_id: str, pin: HelmChartPin, values: dict[str, object]) -> eks.HelmChart:
-        return eks.HelmChart(
-            self,
-            construct_id,
-            cluster=self.cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
-            chart=pin.chart,
-            repository=pin.repository,
-            version=pin.version,
-            namespace=pin.namespace,
-            release=pin.chart,
-            values=values,
-        )
 
     def _acknowledge_cdk_internals(self) -> None:
         """Acknowledge, finding by finding, what aws_eks_v2 itself generates."""

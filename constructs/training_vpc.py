@@ -107,7 +107,7 @@ class TrainingVpc(Construct):
         assert isinstance(cfn_subnet, ec2.CfnSubnet)
         cfn_subnet.add_property_deletion_override("AvailabilityZone")
         cfn_subnet.add_property_override("AvailabilityZoneId", az_id)
-        cfn_subnet.add_dependency(cidr_block)
+        cfn_subnet.add_resource_dependency(cidr_block)
         subnet.add_default_nat_route(self._nat.configured_gateways[0].gateway_id)
         cdk.Tags.of(subnet).add("Name", f"{cdk.Stack.of(self).stack_name}/gpu-{az_id}")
         cdk.Tags.of(subnet).add("llm-infra/subnet", "gpu")

@@ -19,15 +19,6 @@ REDIS_IMAGE = "public.ecr.aws/docker/library/redis:7.4.2"
 REDIS_PORT = 6379
 
 
-def ray_version(image: str) -> str:
-    """``rayproject/ray:2.60.0-py312-gpu`` -> ``2.60.0`` (KubeRay wants the Ray version)."""
-    tag = image.rsplit(":", 1)[-1]
-    version = tag.split("-", 1)[0]
-    if not version[:1].isdigit():
-        raise ValueError(f"ray_image: cannot read a Ray version from {image!r}; tag it like 2.60.0-py312-gpu")
-    return version
-
-
 class KubeRayChart(cdk8s.Chart):
     """Ray on the GPU nodes, surviving a head restart.
 
@@ -180,7 +171,7 @@ class KubeRayChart(cdk8s.Chart):
             namespace=values.namespace,
             body={
                 "spec": {
-                    "rayVersion": ray_version(values.ray_image),
+                    "rayVersion": values.ray_version,
                     "enableInTreeAutoscaling": True,
                     "gcsFaultToleranceOptions": {
                         "redisAddress": f"{REDIS}.{values.namespace}.svc.cluster.local:{REDIS_PORT}"

@@ -9,6 +9,14 @@ from llm_infra.instance_types import InstanceProfile
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
 
 
+def ray_version(image: str) -> str:
+    """``rayproject/ray:2.60.0-py312-gpu`` -> ``2.60.0`` (KubeRay wants the Ray version)."""
+    version = image.rsplit(":", 1)[-1].split("-", 1)[0]
+    if not version[:1].isdigit():
+        raise ValueError(f"ray_image: cannot read a Ray version from {image!r}; tag it like 2.60.0-py312-gpu")
+    return version
+
+
 @dataclass(frozen=True)
 class FsxVolume:
     """The FSx for Lustre file system that the PersistentVolume points at.
@@ -35,6 +43,7 @@ class WorkloadValues:
     gpu_nodes_max: int
     image: str
     ray_image: str
+    ray_version: str
     hugepages_2mib: int
     fsx: FsxVolume | None = None
     namespace: str = "training"
@@ -81,6 +90,7 @@ class WorkloadValues:
             gpu_nodes_max=config.gpu_max,
             image=dlc_image_uri(region, config.dlc_image_tag),
             ray_image=config.ray_image,
+            ray_version=ray_version(config.ray_image),
             hugepages_2mib=config.hugepages_2mib,
             fsx=fsx,
         )

@@ -109,6 +109,7 @@ class TrainingConfig:
     hyperpod_helm_chart: str = HYPERPOD_HELM_CHART_DEFAULT
     training_operator_chart: str = TRAINING_OPERATOR_CHART_DEFAULT
     apply_jobs: bool = False
+    image_asset: bool = False
     manifests_dir: str | None = None
 
     # ---- derived values -------------------------------------------------------------------

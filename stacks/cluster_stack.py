@@ -64,12 +64,13 @@ class ClusterStack(cdk.Stack):
         self.workloads = ClusterWorkloads(
             self,
             "Workloads",
-            cluster=self.training_cluster.cluster,
+            training_cluster=self.training_cluster,
             values=workloads,
             apply_jobs=config.apply_jobs,
             training_operator_chart=Path(config.training_operator_chart),
             # In HyperPod mode, PyTorchJob's CRD and operator come with the HyperPod dependencies chart.
             wait_for=[self.hyperpod_dependencies] if self.hyperpod is not None else None,
+            image_asset=config.image_asset,
         )
         cdk.CfnOutput(self, "ClusterName", value=self.training_cluster.cluster_name)
         cdk.CfnOutput(self, "ClusterArn", value=self.training_cluster.cluster_arn)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import aws_cdk as cdk
 import cdk8s
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct, IDependable
@@ -13,6 +15,8 @@ from constructs import Construct, IDependable
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.lustre_storage import LustreStorage
 from llm_infra.constructs.nag import CDK_S3_READ_FINDINGS, acknowledge, asset_bucket_objects_finding
+from llm_infra.constructs.training_cluster import TrainingCluster
+from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.render import PLATFORM_CHARTS, build_charts
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_TOLERATION
@@ -43,25 +47,29 @@ class ClusterWorkloads(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
+        training_cluster: TrainingCluster,
         values: WorkloadValues,
         apply_jobs: bool = False,
         training_operator_chart: Path | None = None,
         wait_for: list[IDependable] | None = None,
+        image_asset: bool = False,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.kuberay_operator = eks.HelmChart(
-            self,
-            "KubeRayOperator",
-            cluster=cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
-            chart=KUBERAY_OPERATOR.chart,
-            repository=KUBERAY_OPERATOR.repository,
-            version=KUBERAY_OPERATOR.version,
-            namespace=KUBERAY_OPERATOR.namespace,
-            create_namespace=True,
-            release=KUBERAY_OPERATOR.chart,
-            values={"tolerations": [HEALTH_STATUS_TOLERATION]},
+        if image_asset:
+            # The DLC image with the payload and Ray baked in, built and pushed by `cdk deploy`.
+            image = ecr_assets.DockerImageAsset(
+                self,
+                "TrainingImage",
+                directory=str(WORKLOADS_DIR),
+                build_args={"BASE_IMAGE": values.image, "RAY_VERSION": values.ray_version},
+                platform=ecr_assets.Platform.LINUX_AMD64,
+            )
+            values = replace(values, image=image.image_uri, ray_image=image.image_uri)
+        self.values = values
+        self.kuberay_operator = training_cluster.add_pinned_helm_chart(
+            "KubeRayOperator", KUBERAY_OPERATOR, {"tolerations": [HEALTH_STATUS_TOLERATION]}, scope=self
         )
+        cluster = training_cluster.cluster
         self.training_operator = self._training_operator(cluster, values, training_operator_chart)
 
         charts = build_charts(cdk8s.App(), values, jobs=apply_jobs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import tempfile
@@ -12,6 +13,7 @@ import aws_cdk as cdk
 import pytest
 
 from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.base_chart import payload_files
 from llm_infra.stacks.training_app import add_training_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -61,8 +63,15 @@ def synthesize(config: TrainingConfig, outdir: Path) -> Synthesized:
 
 
 def normalize(template: dict[str, Any]) -> dict[str, Any]:
-    """A template with asset hashes replaced, so snapshots only change when the infrastructure does."""
-    return json.loads(_ASSET_HASH.sub("<asset-hash>", json.dumps(template, sort_keys=True)))
+    """A template with asset hashes and payload sources replaced, so snapshots only change when the
+    infrastructure does (the payload ConfigMap is compared with workloads/ in test_manifests)."""
+    text = json.dumps(template, sort_keys=True)
+    for name, content in payload_files().items():
+        # In the template the ConfigMap sits in a JSON string inside JSON: escaped twice.
+        escaped_twice = json.dumps(json.dumps(content)[1:-1])[1:-1]
+        digest = hashlib.sha256(content.encode()).hexdigest()[:12]
+        text = text.replace(escaped_twice, f"<workloads/{name} sha256:{digest}>")
+    return json.loads(_ASSET_HASH.sub("<asset-hash>", text))
 
 
 @pytest.fixture(scope="session")

@@ -118,3 +118,16 @@ def test_wheel_install_used_from_another_cdk_app(tmp_path: Path) -> None:
     assert "llm_infra/constructs/training_vpc.py" in listing
     assert "llm_infra/constructs/hyperpod_lifecycle/on_create.sh" in listing
     assert "\nconstructs/" not in listing
+
+
+def test_app_writes_the_charts_as_yaml_when_asked(tmp_path: Path) -> None:
+    """`make synth` passes -c manifests_dir=k8s_manifests/dist: the same run writes the YAML."""
+    dist = tmp_path / "dist"
+    env = {**os.environ, "CDK_OUTDIR": str(tmp_path / "out"), "CDK_CONTEXT_JSON": f'{{"manifests_dir": "{dist}"}}'}
+    run([sys.executable, "app.py"], REPO_ROOT, env=env)
+    assert {p.name for p in dist.glob("*.yaml")} == {
+        "base.k8s.yaml",
+        "kuberay.k8s.yaml",
+        "validation.k8s.yaml",
+        "training-job.k8s.yaml",
+    }

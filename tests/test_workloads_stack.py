@@ -9,6 +9,7 @@ from aws_cdk.assertions import Annotations, Match
 
 from conftest import FAKE_HYPERPOD_CHART, hyperpod_config
 from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.stacks.training_app import add_training_stacks
 
 CLUSTER = "-cluster"
@@ -81,3 +82,15 @@ def test_missing_training_operator_chart_is_a_warning(tmp_path) -> None:
     Annotations.from_stack(stacks.cluster).has_warning(
         "*", Match.string_like_regexp("need the Kubeflow training operator")
     )
+
+
+def test_optional_image_asset_bakes_in_the_payload_and_ray(synth) -> None:
+    app = synth(TrainingConfig(image_asset=True))
+    manifest = json.dumps(manifests(app)["kuberay"]["Properties"]["Manifest"])
+    assert "container-assets-" in manifest  # the workers run the image that deploy builds and pushes
+    (staged,) = [p for p in app.outdir.glob("asset.*") if (p / "Dockerfile").is_file()]
+    assert sorted(p.name for p in staged.iterdir() if p.suffix == ".py") == sorted(
+        p.name for p in WORKLOADS_DIR.glob("*.py")
+    )
+    assert not (staged / "README.md").exists()  # .dockerignore keeps the build context to the payload
+    assert "FROM ${BASE_IMAGE}" in (staged / "Dockerfile").read_text()

@@ -263,8 +263,9 @@ class CheckpointSchedule:
 
 
 def emit(runtime: Runtime, record: dict[str, Any]) -> None:
+    """A JSON line on rank 0's stdout, stamped with the wall-clock time."""
     if runtime.is_main:
-        print(json.dumps(record), flush=True)
+        print(json.dumps({**record, "time": round(time.time(), 3)}), flush=True)
 
 
 def param_sha256(model: torch.nn.Module) -> str:
@@ -342,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     loss_value = float("nan")
+    loop_started, steps_run = time.perf_counter(), 0
     while progress.step < config.steps:
         step = progress.step
         if config.fail_at_step == step and runtime.restart_count == 0 and runtime.rank == (config.fail_rank or 0):
@@ -357,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         step_seconds = time.perf_counter() - started
+        steps_run += 1
         progress.step = step + 1
         # One small collective per step: mean loss, and agreement on stopping and saving.
         due = schedule.due(progress.step, step_seconds, checkpoints.last_save_seconds if checkpoints else None)
@@ -396,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     if checkpoints:
         checkpoints.close()
 
+    train_seconds = time.perf_counter() - loop_started  # checkpoint stalls included
     summary = {
         "event": "summary",
         "step": progress.step,
@@ -404,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         "param_sha256": param_sha256(model),
         "resumed_from": resumed_from,
         "restart": runtime.restart_count,
+        "tokens_per_s": round(tokens_per_step * steps_run / train_seconds, 1) if train_seconds else None,
     }
     emit(runtime, summary)
     code = 0
@@ -415,7 +420,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def emit_fault(runtime: Runtime, step: int) -> None:
     print(
-        json.dumps({"event": "fault", "kind": "exit", "rank": runtime.rank, "step": step}), file=sys.stderr, flush=True
+        json.dumps(
+            {"event": "fault", "kind": "exit", "rank": runtime.rank, "step": step, "time": round(time.time(), 3)}
+        ),
+        file=sys.stderr,
+        flush=True,
     )
 
 

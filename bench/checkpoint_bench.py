@@ -1,0 +1,103 @@
+"""Checkpoint benchmarks, measured in one run on this machine; prints ratios (not a test).
+
+    python bench/checkpoint_bench.py [--preset tiny] [--dir /fsx/bench] [--repeats 3]
+
+- async save stall / sync save time, same state, same disk (goal <= 0.1);
+- checkpoint write throughput / raw write throughput of the same number of bytes (goal >= 0.7).
+One process, gloo (or NCCL on a GPU): the CheckpointManager of the training payload, unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workloads"))
+from checkpointing import CheckpointManager  # noqa: E402
+from model import PRESETS, Transformer  # noqa: E402
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def raw_write_seconds(path: Path, size: int, chunk: int = 64 * 2**20) -> float:
+    """Write ``size`` bytes with plain file writes and fsync, as DCP's writer does per file."""
+    block = os.urandom(min(chunk, size))
+    started = time.perf_counter()
+    with open(path, "wb") as handle:
+        written = 0
+        while written < size:
+            written += handle.write(block[: min(len(block), size - written)])
+        handle.flush()
+        os.fsync(handle.fileno())
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    model = Transformer(PRESETS[args.preset]).to(device)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.zeros(1, 8, dtype=torch.long, device=device)).sum().backward()
+    optimizer.step()  # materialise the Adam moments: the state is ~3x the parameters
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    root = args.dir or Path(tempfile.mkdtemp(prefix="ckpt-bench-"))
+
+    results: dict[str, list[float]] = {"sync": [], "async_stall": [], "raw": [], "bytes": []}
+    for repeat in range(args.repeats):
+        for mode in ("sync", "async"):
+            directory = root / f"{mode}-{repeat}"
+            manager = CheckpointManager(directory, keep=1, async_save=(mode == "async"))
+            started = time.perf_counter()
+            manager.save(1, state, {"rng": torch.get_rng_state()})
+            stall = time.perf_counter() - started
+            manager.close()
+            if mode == "sync":
+                results["sync"].append(stall)
+                results["bytes"].append(folder_bytes(directory / "step-00000001"))
+            else:
+                results["async_stall"].append(stall)
+            shutil.rmtree(directory)
+        raw_file = root / f"raw-{repeat}.bin"
+        results["raw"].append(raw_write_seconds(raw_file, int(results["bytes"][-1])))
+        raw_file.unlink()
+
+    size = statistics.median(results["bytes"])
+    sync, stall, raw = (statistics.median(results[k]) for k in ("sync", "async_stall", "raw"))
+    report = {
+        "preset": args.preset,
+        "checkpoint_bytes": int(size),
+        "sync_save_s": round(sync, 4),
+        "async_stall_s": round(stall, 4),
+        "async_stall_over_sync": round(stall / sync, 3),
+        "checkpoint_write_gbps": round(size / sync / 1e9, 3),
+        "raw_write_gbps": round(size / raw / 1e9, 3),
+        "checkpoint_over_raw_throughput": round(raw / sync, 3),
+        "goals": {"async_stall_over_sync": "<= 0.1", "checkpoint_over_raw_throughput": ">= 0.7"},
+    }
+    print(json.dumps(report, indent=2))
+    dist.destroy_process_group()
+    if args.dir is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
