@@ -24,6 +24,7 @@ OUTPUTS = {
         "FileSystemMountName": "abcdefgh",
     }
 }
+KUBERNETES_VERSION = TrainingConfig().kubernetes_version  # the cluster's version: what kubectl validates against
 OBSOLETE_NCCL_ENV = {
     "FI_EFA_USE_DEVICE_RDMA",
     "NCCL_PROTO",
@@ -78,7 +79,7 @@ def test_every_manifest_passes_its_schema(request, mode: str) -> None:
     checked = {}
     for name, docs in charts.items():
         for doc in docs:
-            checked[f"{name}/{doc['kind']}/{doc['metadata']['name']}"] = validate_object(doc, "1.34")
+            checked[f"{name}/{doc['kind']}/{doc['metadata']['name']}"] = validate_object(doc, KUBERNETES_VERSION)
     kinds = {key.split("/")[1] for key in checked}
     assert {"PyTorchJob", "RayCluster", "RayJob", "Job", "PersistentVolume", "ConfigMap", "NetworkPolicy"} <= kinds
     assert checked["training-job/PyTorchJob/train"] == "crd:kubeflow.org_pytorchjobs.yaml"
@@ -88,11 +89,11 @@ def test_the_crd_validation_catches_mistakes(eks) -> None:
     job = json.loads(json.dumps(by_kind(eks, "PyTorchJob", "train")))
     job["spec"]["elasticPolicy"]["maxRestarts"] = "three"
     with pytest.raises(AssertionError, match="'three' is not of type 'integer'"):
-        validate_object(job, "1.34")
+        validate_object(job, KUBERNETES_VERSION)
     cluster = json.loads(json.dumps(by_kind(eks, "RayCluster")))
     cluster["spec"]["workerGroupSpecs"][0]["maxReplica"] = 4  # typo of maxReplicas
     with pytest.raises(AssertionError, match="Additional properties are not allowed"):
-        validate_object(cluster, "1.34")
+        validate_object(cluster, KUBERNETES_VERSION)
 
 
 def test_no_unresolved_tokens_or_resolver_errors(tmp_path: Path, eks) -> None:
