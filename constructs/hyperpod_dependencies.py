@@ -7,10 +7,9 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from llm_infra.constructs.nag import CDK_S3_READ_FINDINGS, acknowledge, asset_bucket_objects_finding
+from llm_infra.constructs.local_helm_chart import helm_chart_from_directory
 from llm_infra.node_labels import HEALTH_STATUS_TOLERATION
 
 
@@ -43,22 +42,15 @@ class HyperPodDependencies(Construct):
                 "it at helm_chart/HyperPodHelmChart of aws/sagemaker-hyperpod-cli"
             )
         self.values = self.default_values(cdk.Stack.of(self).region) | (extra_values or {})
-        self.chart = eks.HelmChart(
+        self.chart = helm_chart_from_directory(
             self,
             "Chart",
-            cluster=cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
-            chart_asset=s3_assets.Asset(self, "ChartAsset", path=str(chart_dir)),
+            cluster=cluster,
+            chart_dir=chart_dir,
             release="hyperpod-dependencies",
             namespace="kube-system",
             values=self.values,
-            wait=True,
             timeout=cdk.Duration.minutes(15),
-        )
-        acknowledge(
-            cluster.node.find_child("KubectlProvider"),
-            "IAM5",
-            "The kubectl handler reads the HyperPod chart asset from the CDK assets bucket (CDK's grant_read).",
-            findings=[*CDK_S3_READ_FINDINGS, asset_bucket_objects_finding(self)],
         )
 
     @staticmethod

@@ -9,12 +9,11 @@ import aws_cdk as cdk
 import cdk8s
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct, IDependable
 
 from llm_infra.config import TrainingConfig
+from llm_infra.constructs.local_helm_chart import helm_chart_from_directory
 from llm_infra.constructs.lustre_storage import LustreStorage
-from llm_infra.constructs.nag import CDK_S3_READ_FINDINGS, acknowledge, asset_bucket_objects_finding
 from llm_infra.constructs.training_cluster import TrainingCluster
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.render import PLATFORM_CHARTS, build_charts
@@ -105,21 +104,12 @@ class ClusterWorkloads(Construct):
                 "the Kubeflow training operator: run `make hyperpod-chart` (it contains one) or install it.",
             )
             return None
-        chart = eks.HelmChart(
+        return helm_chart_from_directory(
             self,
             "TrainingOperator",
-            cluster=cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
-            chart_asset=s3_assets.Asset(self, "TrainingOperatorChart", path=str(chart_dir)),
+            cluster=cluster,
+            chart_dir=chart_dir,
             release="training-operators",
             namespace="kubeflow",
-            create_namespace=True,
             values={"tolerations": [HEALTH_STATUS_TOLERATION]},
         )
-        acknowledge(
-            cluster.node.find_child("KubectlProvider"),
-            "IAM5",
-            "The kubectl handler reads the training-operator chart asset from the CDK assets bucket "
-            "(CDK's grant_read).",
-            findings=[*CDK_S3_READ_FINDINGS, asset_bucket_objects_finding(self)],
-        )
-        return chart

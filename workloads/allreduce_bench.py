@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -19,6 +18,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from accelerator import device_and_backend
 
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -66,12 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = sorted(parse_size(s) for s in args.sizes.split(","))
 
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    device, backend = device_and_backend()
     dist.init_process_group(backend, timeout=timedelta(seconds=args.timeout_seconds))
     rank, world = dist.get_rank(), dist.get_world_size()
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from accelerator import device_and_backend
 from checkpoint_interval import daly_interval
 from checkpointing import CheckpointManager
 from data import SyntheticTokens, TokenFile
@@ -151,12 +152,7 @@ def init_distributed(timeout_seconds: int) -> Runtime:
     """gloo on CPU, NCCL on GPU; a short timeout turns hangs into failures torchrun restarts."""
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
+    device, backend = device_and_backend()
     timeout = timedelta(seconds=timeout_seconds)
     if "MASTER_ADDR" in os.environ:
         # A store namespaced by the restart: workers of a restarted round never meet stale keys
