@@ -28,6 +28,7 @@ $(STAMP): pyproject.toml package.json package-lock.json
 synth: $(STAMP)
 	npx cdk synth --no-notices --no-version-reporting --quiet -c manifests_dir=k8s_manifests/dist
 	$(BIN)/python -m llm_infra.synth_summary cdk.out
+	@echo "kubernetes manifests: $$(ls k8s_manifests/dist | tr '\n' ' ')"
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q
