@@ -17,7 +17,6 @@ from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 
 # Charts that set the cluster up; the rest start GPU jobs.
 PLATFORM_CHARTS = ("base", "fsx-storage", "kuberay")
-JOB_CHARTS = ("validation", "training-job")
 
 
 def build_charts(app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True) -> dict[str, cdk8s.Chart]:

@@ -51,8 +51,8 @@ class PendingSave:
 class CheckpointManager:
     """Saves and restores the state of a training run (see the module docstring for the protocol).
 
-    ``state_fn`` returns the sharded state to save (model, optimizer, scheduler, step, data
-    position); ``rank_state_fn`` the per-rank state (RNG). ``keep`` committed checkpoints are kept.
+    :meth:`save` takes the sharded state (model, optimizer, scheduler, step and data position, as
+    DCP state dicts) and a small per-rank state (RNG). ``keep`` committed checkpoints are kept.
     With ``async_save``, DCP writes in the background on its own gloo process group and training
     continues; the checkpoint is committed at the next save or at :meth:`close`.
     """
