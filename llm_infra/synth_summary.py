@@ -14,16 +14,17 @@ from pathlib import Path
 def summarize(outdir: Path) -> str:
     manifest = json.loads((outdir / "manifest.json").read_text())
     lines: list[str] = []
-    total = 0
+    total = stacks = 0
     for name, artifact in sorted(manifest["artifacts"].items()):
         if artifact.get("type") != "aws:cloudformation:stack":
             continue
         template = json.loads((outdir / artifact["properties"]["templateFile"]).read_text())
         counts = Counter(resource["Type"] for resource in template.get("Resources", {}).values())
-        total += sum(counts.values())
-        lines.append(f"{name}: {sum(counts.values())} resources")
+        stacks += 1
+        total += counts.total()
+        lines.append(f"{name}: {counts.total()} resources")
         lines += [f"  {count:4d}  {rtype}" for rtype, count in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-    lines.append(f"total: {total} resources in {sum(1 for line in lines if not line.startswith(' '))} stacks")
+    lines.append(f"total: {total} resources in {stacks} stacks")
     return "\n".join(lines)
 
 
