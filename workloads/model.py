@@ -51,10 +51,21 @@ PRESETS: dict[str, ModelArgs] = {
     "8b": ModelArgs(
         dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_hidden=14336, vocab_size=128256, max_seq_len=8192
     ),
+    "llama2-7b": ModelArgs(
+        dim=4096,
+        n_layers=32,
+        n_heads=32,
+        n_kv_heads=32,
+        ffn_hidden=11008,
+        vocab_size=32000,
+        max_seq_len=4096,
+        rope_theta=10000.0,
+    ),
     "70b": ModelArgs(
         dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, ffn_hidden=28672, vocab_size=128256, max_seq_len=8192
     ),
 }
+PRESETS["llama3-8b"] = PRESETS["8b"]  # the recipe's name for Meta-Llama-3-8B
 
 
 def parameter_count(args: ModelArgs) -> int:

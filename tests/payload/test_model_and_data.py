@@ -15,8 +15,14 @@ import checkpoint_interval  # noqa: E402
 import data  # noqa: E402
 import model  # noqa: E402
 
-# Published parameter counts of Llama 3.2 1B, Llama 3.1 8B and 70B.
-KNOWN_COUNTS = {"1b": 1_235_814_400, "8b": 8_030_261_248, "70b": 70_553_706_496}
+# Published parameter counts of Llama 3.2 1B, Llama 3.1 8B (= Llama 3 8B), Llama 2 7B and Llama 3.1 70B.
+KNOWN_COUNTS = {
+    "1b": 1_235_814_400,
+    "8b": 8_030_261_248,
+    "llama3-8b": 8_030_261_248,
+    "llama2-7b": 6_738_415_616,
+    "70b": 70_553_706_496,
+}
 
 
 @pytest.mark.parametrize("preset", sorted(KNOWN_COUNTS))
