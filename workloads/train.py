@@ -30,6 +30,7 @@ from checkpoint_interval import daly_interval
 from checkpointing import CheckpointManager
 from data import SyntheticTokens, TokenFile
 from model import PRESETS, Transformer, flops_per_token
+from throughput import ThroughputMonitor
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -67,6 +68,7 @@ class TrainConfig:
     fail_in_checkpoint_at_step: int | None = None
     verdict: bool = False
     log_every: int = 1
+    throughput_interval_s: float = 60.0
 
     def validate(self) -> None:
         errors = []
@@ -102,6 +104,8 @@ class TrainConfig:
         ):
             if value is not None and not 0 < value < self.steps:
                 errors.append(f"{flag}: {value} must lie in 1..{self.steps - 1}")
+        if self.throughput_interval_s <= 0:
+            errors.append(f"--throughput-interval-s: {self.throughput_interval_s} must be > 0")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             errors.append(f"--checkpoint-every: {self.checkpoint_every} must be >= 1")
         if errors:
@@ -260,8 +264,9 @@ class CheckpointSchedule:
 
 def emit(runtime: Runtime, record: dict[str, Any]) -> None:
     """A JSON line on rank 0's stdout, stamped with the wall-clock time."""
-    if runtime.is_main:
-        print(json.dumps({**record, "time": round(time.time(), 3)}), flush=True)
+    if runtime.is_main:  # one write per line: the throughput thread logs too
+        sys.stdout.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
+        sys.stdout.flush()
 
 
 def param_sha256(model: torch.nn.Module) -> str:
@@ -338,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
 
+    throughput = ThroughputMonitor(lambda r: emit(runtime, r), interval_s=config.throughput_interval_s)
+    if runtime.is_main:
+        throughput.start()
     loss_value = float("nan")
     loop_started, steps_run = time.perf_counter(), 0
     while progress.step < config.steps:
@@ -357,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         step_seconds = time.perf_counter() - started
         steps_run += 1
         progress.step = step + 1
+        throughput.add(tokens_per_step, progress.step)
         # One small collective per step: mean loss, and agreement on stopping and saving.
         due = schedule.due(progress.step, step_seconds, checkpoints.last_save_seconds if checkpoints else None)
         flags = torch.tensor([loss.detach().float().cpu().item(), float(stop.requested), float(due)])
@@ -392,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         if stopping:
             emit(runtime, {"event": "stopped", "reason": "SIGTERM", "step": progress.step})
             break
+    throughput.stop()
     if checkpoints:
         checkpoints.close()
 
