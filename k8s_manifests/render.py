@@ -11,12 +11,13 @@ from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import BaseChart
 from llm_infra.k8s_manifests.fsx_storage_chart import FsxStorageChart
 from llm_infra.k8s_manifests.kuberay_chart import KubeRayChart
+from llm_infra.k8s_manifests.node_monitoring_chart import NodeMonitoringChart
 from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.validation_chart import ValidationChart
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 
 # Charts that set the cluster up; the rest start GPU jobs.
-PLATFORM_CHARTS = ("base", "fsx-storage", "kuberay")
+PLATFORM_CHARTS = ("base", "fsx-storage", "kuberay", "node-monitoring")
 
 
 def build_charts(app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True) -> dict[str, cdk8s.Chart]:
@@ -25,6 +26,7 @@ def build_charts(app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True) -
     if values.fsx is not None:
         charts["fsx-storage"] = FsxStorageChart(app, "fsx-storage", values=values)
     charts["kuberay"] = KubeRayChart(app, "kuberay", values=values)
+    charts["node-monitoring"] = NodeMonitoringChart(app, "node-monitoring", values=values)
     if jobs:
         charts["validation"] = ValidationChart(app, "validation", values=values)
         charts["training-job"] = TrainingJobChart(app, "training-job", values=values)

@@ -75,7 +75,7 @@ def pod_spec(obj: dict) -> dict:
 @pytest.mark.parametrize("mode", ["eks", "hyperpod"])
 def test_every_manifest_passes_its_schema(request, mode: str) -> None:
     charts = request.getfixturevalue(mode)
-    assert set(charts) == {"base", "fsx-storage", "kuberay", "validation", "training-job"}
+    assert set(charts) == {"base", "fsx-storage", "kuberay", "node-monitoring", "validation", "training-job"}
     checked = {}
     for name, docs in charts.items():
         for doc in docs:
@@ -106,6 +106,7 @@ def test_without_deploy_outputs_the_fsx_volume_is_left_out(tmp_path: Path) -> No
     assert {f.name for f in files} == {
         "base.k8s.yaml",
         "kuberay.k8s.yaml",
+        "node-monitoring.k8s.yaml",
         "validation.k8s.yaml",
         "training-job.k8s.yaml",
     }
@@ -225,6 +226,21 @@ def test_validation_suite(eks) -> None:
     assert {"--preset=tiny", "--verdict", "--fail-at-step=30"} <= set(training)
 
 
+def test_xid_monitor_runs_on_every_gpu_node_even_unhealthy_ones(eks) -> None:
+    daemonset = by_kind(eks, "DaemonSet", "gpu-xid-monitor")
+    spec = daemonset["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "llm-infra.aws/node-role", "operator": "In", "values": ["gpu"]}]}]
+    assert {t["key"] for t in spec["tolerations"]} == {"nvidia.com/gpu", "sagemaker.amazonaws.com/node-health-status"}
+    (container,) = spec["containers"]
+    assert container["command"] == ["python3", "/workloads/xid_monitor.py"]
+    assert "xid_monitor.py" in payload_files(WORKLOADS_DIR)
+    assert "nvidia.com/gpu" not in container["resources"]["requests"]  # it must not take GPUs from the jobs
+    kmsg = next(v for v in spec["volumes"] if v["name"] == "kmsg")
+    assert kmsg["hostPath"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in container["volumeMounts"]
+
+
 def test_kuberay_cluster_and_job(eks) -> None:
     cluster = by_kind(eks, "RayCluster")
     assert cluster["spec"]["gcsFaultToleranceOptions"] == {
@@ -279,7 +295,7 @@ class YamlSnapshot(SingleFileSnapshotExtension):
     file_extension = "yaml"
 
 
-@pytest.mark.parametrize("chart", ["base", "fsx-storage", "kuberay", "validation", "training-job"])
+@pytest.mark.parametrize("chart", ["base", "fsx-storage", "kuberay", "node-monitoring", "validation", "training-job"])
 def test_manifest_snapshot(eks, snapshot, chart: str) -> None:
     documents = eks[chart]
     if chart == "base":  # the ConfigMap is the workloads folder (asserted above); snapshot its keys only

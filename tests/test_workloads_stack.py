@@ -61,7 +61,7 @@ def test_kuberay_operator_is_pinned_and_installed_before_the_cluster(default_app
 def test_apply_jobs_adds_validation_and_training(synth) -> None:
     app = synth(TrainingConfig(apply_jobs=True, training_operator_chart=str(FAKE_HYPERPOD_CHART)))
     applied = manifests(app)
-    assert set(applied) == {"base", "fsxstorage", "kuberay", "validation", "trainingjob"}
+    assert set(applied) == {"base", "fsxstorage", "kuberay", "nodemonitoring", "validation", "trainingjob"}
     charts = app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart")
     (operator_id,) = [k for k, v in charts.items() if v["Properties"].get("Release") == "training-operators"]
     for name in ("validation", "trainingjob"):
