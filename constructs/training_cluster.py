@@ -11,6 +11,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from llm_infra.constructs.nag import (
@@ -53,6 +54,8 @@ class TrainingCluster(Construct):
     - pinned EKS add-ons: vpc-cni (recent enough for ``efa-only`` interfaces), coredns, kube-proxy,
       eks-pod-identity-agent, aws-fsx-csi-driver and amazon-cloudwatch-observability, the ones that
       call AWS with their own Pod Identity role;
+    - the add-on's application log group (``application_log_group``: container stdout, retained,
+      one month), created before the add-on so that metric filters can attach to it;
     - pinned Helm charts: the NVIDIA device plugin (GPU nodes) and the AWS EFA device plugin (only
       nodes labelled ``llm-infra.aws/efa=true``).
     """
@@ -267,6 +270,15 @@ class TrainingCluster(Construct):
                 addon_version=version,
                 preserve_on_delete=False,
             )
+        # Fluent Bit would create it on first write, with no retention; here it is retained and expires.
+        self.application_log_group = logs.LogGroup(
+            self,
+            "ApplicationLogs",
+            log_group_name=f"/aws/containerinsights/{self.cluster.cluster_name}/application",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=cdk.RemovalPolicy.RETAIN,
+        )
+        addons["amazon-cloudwatch-observability"].node.add_dependency(self.application_log_group)
         # CoreDNS and the CloudWatch agent need nodes to reach ACTIVE.
         for name in ("coredns", "amazon-cloudwatch-observability", "aws-fsx-csi-driver"):
             addons[name].node.add_dependency(self.system_nodegroup)

@@ -58,6 +58,8 @@ _ACCOUNT = re.compile(r"^\d{12}$")
 _REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DLC_TAG = re.compile(r"^\d+\.\d+(\.\d+)?-gpu-py\d{2,3}-cu\d{3}-[a-z]+\d+\.\d+-(ec2|sagemaker)(-v[\w.-]+)?$")
+_EMAIL = re.compile(r"^[^@\s,]+@[^@\s,]+\.[^@\s,]+$")
+RECIPES = ("llama2-7b", "llama3-8b")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
 # `make hyperpod-chart` puts AWS's HyperPod dependencies chart here (pinned commit in the Makefile).
 HYPERPOD_HELM_CHART_DEFAULT = ".cache/sagemaker-hyperpod-cli/helm_chart/HyperPodHelmChart"
@@ -111,6 +113,11 @@ class TrainingConfig:
     apply_jobs: bool = False
     image_asset: bool = False
     manifests_dir: str | None = None
+    alarm_email: str | None = None
+    stall_percent: int = 50
+    stall_minutes: int = 10
+    fsx_free_alarm_percent: int = 10
+    recipe: str = "llama2-7b"
 
     # ---- derived values -------------------------------------------------------------------
     @property
@@ -142,6 +149,16 @@ class TrainingConfig:
     @property
     def hyperpod_health_checks(self) -> tuple[str, ...]:
         return tuple(c.strip() for c in self.hyperpod_deep_health_checks.split(",") if c.strip())
+
+    @property
+    def alarm_emails(self) -> tuple[str, ...]:
+        """``alarm_email`` split on commas: the addresses subscribed to the alarm topic."""
+        return tuple(e.strip() for e in (self.alarm_email or "").split(",") if e.strip())
+
+    @property
+    def hf_token_secret_name(self) -> str:
+        """The Secrets Manager secret that holds the Hugging Face token (CDK creates it, you set it)."""
+        return f"{self.project_name}/huggingface-token"
 
     @property
     def gpu_az_region(self) -> str | None:
@@ -249,6 +266,8 @@ def _check(c: TrainingConfig) -> list[str]:
     if c.admin_role_arn is not None and not _ROLE_ARN.match(c.admin_role_arn):
         errors.append(f"admin_role_arn: {c.admin_role_arn!r} must be an IAM role ARN")
     errors += _check_storage(c)
+    errors += _check_observability(c)
+    errors += _one_of("recipe", c.recipe, RECIPES)
     if c.compute == "hyperpod":
         errors += _check_hyperpod(c)
     if not re.fullmatch(r"[\w./-]+:[\w.-]+", c.ray_image):
@@ -336,6 +355,17 @@ def _check_storage(c: TrainingConfig) -> list[str]:
         errors.append(f"data_bucket: {c.data_bucket!r} is not a valid S3 bucket name")
     if c.data_prefix.startswith("/") or not c.data_prefix.endswith("/"):
         errors.append(f"data_prefix: {c.data_prefix!r} must be a key prefix ending in '/', e.g. datasets/")
+    return errors
+
+
+def _check_observability(c: TrainingConfig) -> list[str]:
+    errors = [f"alarm_email: {email!r} is not an email address" for email in c.alarm_emails if not _EMAIL.match(email)]
+    if not 1 <= c.stall_percent <= 99:
+        errors.append(f"stall_percent: {c.stall_percent} must lie in 1..99 (% of the recent median tokens/s)")
+    if c.stall_minutes < 5 or c.stall_minutes % 5:
+        errors.append(f"stall_minutes: {c.stall_minutes} must be a multiple of 5, >= 5 (the alarm period)")
+    if not 1 <= c.fsx_free_alarm_percent <= 99:
+        errors.append(f"fsx_free_alarm_percent: {c.fsx_free_alarm_percent} must lie in 1..99")
     return errors
 
 

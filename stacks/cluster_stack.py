@@ -15,6 +15,7 @@ from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInsta
 from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies
 from llm_infra.constructs.training_cluster import TrainingCluster
 from llm_infra.constructs.training_job_role import TrainingJobRole
+from llm_infra.constructs.training_observability import TrainingObservability
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.stacks.workloads import ClusterWorkloads
 
@@ -72,6 +73,7 @@ class ClusterStack(cdk.Stack):
             wait_for=[self.hyperpod_dependencies] if self.hyperpod is not None else None,
             image_asset=config.image_asset,
         )
+        self.observability = self._observability(config, workloads)
         cdk.CfnOutput(self, "ClusterName", value=self.training_cluster.cluster_name)
         cdk.CfnOutput(self, "ClusterArn", value=self.training_cluster.cluster_arn)
         cdk.CfnOutput(self, "TrainingJobRoleArn", value=self.job_role.role_arn)
@@ -80,6 +82,33 @@ class ClusterStack(cdk.Stack):
             "UpdateKubeconfig",
             value=f"aws eks update-kubeconfig --region {self.region} --name {self.training_cluster.cluster_name}",
         )
+
+    def _observability(self, config: TrainingConfig, workloads: WorkloadValues) -> TrainingObservability:
+        if workloads.fsx is None:
+            raise ValueError("workloads: the cluster stack needs the FSx volume's ids (workload_values)")
+        observability = TrainingObservability(
+            self,
+            "Observability",
+            cluster_name=self.training_cluster.cluster_name,
+            application_log_group=self.training_cluster.application_log_group,
+            file_system_id=workloads.fsx.file_system_id,
+            fsx_storage_gib=config.fsx_storage_gib,
+            metric_namespace=f"LLMInfra/{config.project_name}",
+            hyperpod=config.compute == "hyperpod",
+            stall_fraction=config.stall_percent / 100,
+            stall_minutes=config.stall_minutes,
+            fsx_free_percent=config.fsx_free_alarm_percent,
+            alarm_emails=config.alarm_emails,
+            dashboard_name=f"{config.project_name}-training",
+        )
+        cdk.CfnOutput(self, "AlarmTopicArn", value=observability.alarm_topic.topic_arn)
+        cdk.CfnOutput(
+            self,
+            "DashboardUrl",
+            value=f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}"
+            f"#dashboards:name={config.project_name}-training",
+        )
+        return observability
 
     def _gpu_node_group(
         self, config: TrainingConfig, gpu_subnet: ec2.ISubnet, efa_security_group: ec2.ISecurityGroup
