@@ -21,7 +21,7 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml package.json package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,train,ray]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,train,ray,data]'
 	npm ci --no-fund --no-audit --loglevel=error
 	touch $@
 
@@ -38,6 +38,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy llm_infra constructs stacks k8s_manifests
 	cd workloads && ../$(BIN)/mypy --ignore-missing-imports .
+	cd data_prep && ../$(BIN)/mypy .
 
 # For compute=hyperpod: fetch the HyperPod dependencies chart (needs git, helm and GitHub access).
 hyperpod-chart:

@@ -21,7 +21,9 @@ def payload_files(directory: Path = WORKLOADS_DIR) -> dict[str, str]:
 
 
 class BaseChart(cdk8s.Chart):
-    """Namespace, service account (bound to the training role by EKS Pod Identity) and the payload.
+    """Namespace, service accounts (each bound to its role by EKS Pod Identity: ``training`` for the
+    jobs, ``data-prep`` for the data-preparation Job, the only one that may read the Hugging Face
+    token) and the payload.
 
     The payload scripts ship in a ConfigMap generated from ``workloads/``, mounted at
     ``/workloads`` in every job, so the stock DLC image runs them with no image build.
@@ -30,15 +32,19 @@ class BaseChart(cdk8s.Chart):
     def __init__(self, scope: Construct, construct_id: str, *, values: WorkloadValues) -> None:
         super().__init__(scope, construct_id)
         api_object(self, "Namespace", api_version="v1", kind="Namespace", name=values.namespace, body={})
-        api_object(
-            self,
-            "ServiceAccount",
-            api_version="v1",
-            kind="ServiceAccount",
-            name=values.service_account,
-            namespace=values.namespace,
-            body={},
-        )
+        for construct_id, name in (
+            ("ServiceAccount", values.service_account),
+            ("DataPrepServiceAccount", values.data_prep_service_account),
+        ):
+            api_object(
+                self,
+                construct_id,
+                api_version="v1",
+                kind="ServiceAccount",
+                name=name,
+                namespace=values.namespace,
+                body={},
+            )
         files = payload_files()
         if not files:
             raise ValueError(f"workloads: no payload files ({', '.join(PAYLOAD_SUFFIXES)}) in {WORKLOADS_DIR}")

@@ -12,6 +12,8 @@ from llm_infra.k8s_manifests.base_chart import BaseChart
 from llm_infra.k8s_manifests.fsx_storage_chart import FsxStorageChart
 from llm_infra.k8s_manifests.kuberay_chart import KubeRayChart
 from llm_infra.k8s_manifests.node_monitoring_chart import NodeMonitoringChart
+from llm_infra.k8s_manifests.recipe_charts import DataPrepChart, recipe_training_chart
+from llm_infra.k8s_manifests.recipes import RECIPES
 from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.validation_chart import ValidationChart
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
@@ -20,8 +22,14 @@ from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 PLATFORM_CHARTS = ("base", "fsx-storage", "kuberay", "node-monitoring")
 
 
-def build_charts(app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True) -> dict[str, cdk8s.Chart]:
-    """The charts for ``values`` by file name; the FSx volume only when its ids are known."""
+def build_charts(
+    app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True, recipe: bool = False
+) -> dict[str, cdk8s.Chart]:
+    """The charts for ``values`` by file name; the FSx volume only when its ids are known.
+
+    ``recipe`` adds the real-model run of ``values.recipe`` (data preparation, then training):
+    two files to apply one after the other, never applied by ``cdk deploy``.
+    """
     charts: dict[str, cdk8s.Chart] = {"base": BaseChart(app, "base", values=values)}
     if values.fsx is not None:
         charts["fsx-storage"] = FsxStorageChart(app, "fsx-storage", values=values)
@@ -30,6 +38,14 @@ def build_charts(app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True) -
     if jobs:
         charts["validation"] = ValidationChart(app, "validation", values=values)
         charts["training-job"] = TrainingJobChart(app, "training-job", values=values)
+    if recipe:
+        chosen = RECIPES[values.recipe]
+        charts[f"{chosen.name}-1-data-prep"] = DataPrepChart(
+            app, f"{chosen.name}-1-data-prep", values=values, recipe=chosen
+        )
+        charts[f"{chosen.name}-2-train"] = recipe_training_chart(
+            app, f"{chosen.name}-2-train", values=values, recipe=chosen
+        )
     return charts
 
 
@@ -55,6 +71,6 @@ def write_dist(config: TrainingConfig, outdir: Path, *, outputs_file: Path = Pat
     for old in outdir.glob("*.k8s.yaml"):
         old.unlink()
     app = cdk8s.App(outdir=str(outdir))
-    build_charts(app, values)
+    build_charts(app, values, recipe=True)
     app.synth()
     return sorted(outdir.glob("*.k8s.yaml"))

@@ -26,20 +26,21 @@ class TrainingJobChart(cdk8s.Chart):
         name: str = "train",
         preset: str = "8b",
         steps: int = 1000,
-        checkpoint_every: int = 100,
+        checkpoint_every: int | None = 100,
         data: str = "synthetic",
         extra_args: list[str] | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        if steps < 1 or checkpoint_every < 1:
+        if steps < 1 or (checkpoint_every is not None and checkpoint_every < 1):
             raise ValueError(f"steps/checkpoint_every: must be >= 1, got {steps}/{checkpoint_every}")
         args = [
             f"--preset={preset}",
             f"--steps={steps}",
             f"--checkpoint-dir={values.fsx_mount_path}/checkpoints/{name}",
-            f"--checkpoint-every={checkpoint_every}",
             f"--pg-timeout-seconds={values.pg_timeout_seconds}",
         ]
+        if checkpoint_every is not None:  # else extra_args choose the schedule (e.g. --mtbf-hours)
+            args.append(f"--checkpoint-every={checkpoint_every}")
         if data != "synthetic":
             args.append(f"--data={data}")
         pytorch_job(self, "Job", values=values, name=name, script="train.py", args=args + (extra_args or []))

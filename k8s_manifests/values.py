@@ -45,11 +45,17 @@ class WorkloadValues:
     ray_image: str
     ray_version: str
     hugepages_2mib: int
+    region: str
+    hf_token_secret: str
+    recipe: str = "llama2-7b"
     fsx: FsxVolume | None = None
     namespace: str = "training"
     service_account: str = "training"
+    data_prep_service_account: str = "data-prep"
     pvc_name: str = "fsx-data"
     fsx_mount_path: str = "/fsx"
+    # The FSx folder linked to s3://<data bucket>/<data_prefix> (the data repository association).
+    dataset_dir: str = "/fsx/data"
     job_max_retries: int = 3
     max_restarts: int = 3
     pg_timeout_seconds: int = 600
@@ -92,5 +98,8 @@ class WorkloadValues:
             ray_image=config.ray_image,
             ray_version=ray_version(config.ray_image),
             hugepages_2mib=config.hugepages_2mib,
+            region=region,
+            hf_token_secret=config.hf_token_secret_name,
+            recipe=config.recipe,
             fsx=fsx,
         )

@@ -58,3 +58,7 @@ KUBERAY_OPERATOR = HelmChartPin(
     version="1.7.0",
     namespace="kuberay-system",
 )
+
+# The data-preparation Job: fetches the Hugging Face token (AWS CLI), tokenizes (tokenizers).
+AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.36.44"
+TOKENIZERS_VERSION = "0.23.2"  # = the `data` extra in pyproject.toml (a test keeps them equal)

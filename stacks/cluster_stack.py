@@ -11,6 +11,7 @@ from constructs import Construct
 
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.gpu_node_group import GpuNodeGroup
+from llm_infra.constructs.hugging_face_token import HuggingFaceToken
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInstanceGroup
 from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies
 from llm_infra.constructs.training_cluster import TrainingCluster
@@ -32,6 +33,7 @@ class ClusterStack(cdk.Stack):
         gpu_subnet: ec2.ISubnet,
         efa_security_group: ec2.ISecurityGroup,
         training_access_policy: iam.IManagedPolicy,
+        hf_token: HuggingFaceToken,
         workloads: WorkloadValues,
         **kwargs: object,
     ) -> None:
@@ -62,6 +64,15 @@ class ClusterStack(cdk.Stack):
             namespace=workloads.namespace,
             service_account=workloads.service_account,
         )
+        # The data-preparation Job's identity: read the Hugging Face token, nothing else (it reads
+        # and writes the dataset through FSx).
+        self.data_prep_role = self.training_cluster.pod_identity_role(
+            "DataPrep",
+            namespace=workloads.namespace,
+            service_account=workloads.data_prep_service_account,
+            description="Data-preparation Job: read the Hugging Face token secret",
+        )
+        hf_token.grant_read(self.data_prep_role)
         self.workloads = ClusterWorkloads(
             self,
             "Workloads",

@@ -1,4 +1,6 @@
-"""StorageStack: FSx for Lustre, the data bucket and the checkpoint bucket. Nothing here is ever deleted."""
+"""StorageStack: FSx for Lustre, the data and checkpoint buckets, the Hugging Face token secret.
+
+Nothing here is ever deleted."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from llm_infra.config import TrainingConfig
+from llm_infra.constructs.hugging_face_token import HuggingFaceToken
 from llm_infra.constructs.lustre_storage import LustreStorage
 from llm_infra.constructs.nag import acknowledge, bucket_objects_finding
 from llm_infra.constructs.training_bucket import (
@@ -76,8 +79,11 @@ class StorageStack(cdk.Stack):
             ],
         )
 
+        self.hf_token = HuggingFaceToken(self, "HuggingFaceToken", secret_name=config.hf_token_secret_name)
+
         cdk.CfnOutput(self, "FileSystemId", value=self.lustre.file_system_id)
         cdk.CfnOutput(self, "FileSystemDnsName", value=self.lustre.dns_name)
         cdk.CfnOutput(self, "FileSystemMountName", value=self.lustre.mount_name)
         cdk.CfnOutput(self, "DataBucketName", value=self.data_bucket.bucket_name)
         cdk.CfnOutput(self, "CheckpointBucketName", value=self.checkpoints.bucket_name)
+        cdk.CfnOutput(self, "HuggingFaceTokenSecretName", value=self.hf_token.secret_name)

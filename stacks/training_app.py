@@ -49,6 +49,7 @@ def add_training_stacks(app: cdk.App, config: TrainingConfig, *, nag: bool = Tru
         gpu_subnet=network.network.gpu_subnet,
         efa_security_group=network.efa.security_group,
         training_access_policy=storage.training_access_policy,
+        hf_token=storage.hf_token,
         workloads=workload_values(config, storage.lustre),
         env=env,
     )

@@ -117,6 +117,7 @@ def test_wheel_install_used_from_another_cdk_app(tmp_path: Path) -> None:
     listing = run([sys.executable, "-m", "zipfile", "-l", str(wheel)], tmp_path)
     assert "llm_infra/constructs/training_vpc.py" in listing
     assert "llm_infra/constructs/hyperpod_lifecycle/on_create.sh" in listing
+    assert "llm_infra/data_prep/tokenize_dataset.py" in listing  # the data-preparation ConfigMap reads it
     assert "\nconstructs/" not in listing
 
 
@@ -128,6 +129,9 @@ def test_app_writes_the_charts_as_yaml_when_asked(tmp_path: Path) -> None:
     assert {p.name for p in dist.glob("*.yaml")} == {
         "base.k8s.yaml",
         "kuberay.k8s.yaml",
+        "node-monitoring.k8s.yaml",
         "validation.k8s.yaml",
         "training-job.k8s.yaml",
+        "llama2-7b-1-data-prep.k8s.yaml",
+        "llama2-7b-2-train.k8s.yaml",
     }

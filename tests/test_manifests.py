@@ -75,7 +75,16 @@ def pod_spec(obj: dict) -> dict:
 @pytest.mark.parametrize("mode", ["eks", "hyperpod"])
 def test_every_manifest_passes_its_schema(request, mode: str) -> None:
     charts = request.getfixturevalue(mode)
-    assert set(charts) == {"base", "fsx-storage", "kuberay", "node-monitoring", "validation", "training-job"}
+    assert set(charts) == {
+        "base",
+        "fsx-storage",
+        "kuberay",
+        "node-monitoring",
+        "validation",
+        "training-job",
+        "llama2-7b-1-data-prep",
+        "llama2-7b-2-train",
+    }
     checked = {}
     for name, docs in charts.items():
         for doc in docs:
@@ -109,6 +118,8 @@ def test_without_deploy_outputs_the_fsx_volume_is_left_out(tmp_path: Path) -> No
         "node-monitoring.k8s.yaml",
         "validation.k8s.yaml",
         "training-job.k8s.yaml",
+        "llama2-7b-1-data-prep.k8s.yaml",
+        "llama2-7b-2-train.k8s.yaml",
     }
 
 
@@ -203,12 +214,19 @@ def test_fsx_static_volume_and_claim(eks) -> None:
 
 
 def test_configmap_equals_the_workloads_folder(eks) -> None:
-    data = by_kind(eks, "ConfigMap")["data"]
+    data = by_kind(eks, "ConfigMap", "llm-infra-workloads")["data"]
     on_disk = {p.name: p.read_text() for p in WORKLOADS_DIR.iterdir() if p.suffix == ".py"}
     assert data == on_disk == payload_files()
-    assert {"train.py", "health_check.py", "allreduce_bench.py", "ray_train.py", "checkpointing.py", "model.py"} <= set(
-        data
-    )
+    assert {
+        "train.py",
+        "health_check.py",
+        "allreduce_bench.py",
+        "ray_train.py",
+        "checkpointing.py",
+        "model.py",
+        "throughput.py",
+        "xid_monitor.py",
+    } <= set(data)
 
 
 def test_validation_suite(eks) -> None:
@@ -295,9 +313,20 @@ class YamlSnapshot(SingleFileSnapshotExtension):
     file_extension = "yaml"
 
 
-@pytest.mark.parametrize("chart", ["base", "fsx-storage", "kuberay", "node-monitoring", "validation", "training-job"])
+@pytest.mark.parametrize(
+    "chart",
+    [
+        "base",
+        "fsx-storage",
+        "kuberay",
+        "node-monitoring",
+        "validation",
+        "training-job",
+        "llama2-7b-1-data-prep",
+        "llama2-7b-2-train",
+    ],
+)
 def test_manifest_snapshot(eks, snapshot, chart: str) -> None:
-    documents = eks[chart]
-    if chart == "base":  # the ConfigMap is the workloads folder (asserted above); snapshot its keys only
-        documents = [dict(d, data=sorted(d["data"])) if d["kind"] == "ConfigMap" else d for d in documents]
+    # ConfigMaps carry the workloads/ and data_prep/ folders (asserted equal elsewhere): snapshot their keys only.
+    documents = [dict(d, data=sorted(d["data"])) if d["kind"] == "ConfigMap" else d for d in eks[chart]]
     assert yaml.safe_dump_all(documents, sort_keys=True) == snapshot.use_extension(YamlSnapshot)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
+from payload.conftest import SMALL, WORKLOADS, json_lines, run_torchrun
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
-from payload.conftest import SMALL, WORKLOADS, json_lines, run_torchrun
 
 sys.path.insert(0, str(WORKLOADS))
 from throughput import ThroughputMonitor  # noqa: E402

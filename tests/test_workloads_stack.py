@@ -38,9 +38,9 @@ def kinds(resource: dict) -> list[str]:
 
 def test_platform_charts_are_applied_jobs_are_not_by_default(default_app) -> None:
     applied = manifests(default_app)
-    assert set(applied) == {"base", "fsxstorage", "kuberay"}
+    assert set(applied) == {"base", "fsxstorage", "kuberay", "nodemonitoring"}
     base_id = [k for k in default_app.resources(CLUSTER, MANIFEST) if k.startswith("EksClusterChartbase")][0]
-    for name in ("fsxstorage", "kuberay"):
+    for name in ("fsxstorage", "kuberay", "nodemonitoring"):
         assert base_id in applied[name]["DependsOn"]  # the namespace exists first
 
 
