@@ -15,7 +15,7 @@ HYPERPOD_CLI_REPO := https://github.com/aws/sagemaker-hyperpod-cli.git
 HYPERPOD_CLI_COMMIT := 067d658b2d5c3d347afbadd75e1425214e965dcb
 HYPERPOD_CLI_DIR := .cache/sagemaker-hyperpod-cli
 
-.PHONY: setup synth test lint clean hyperpod-chart
+.PHONY: setup synth test lint clean hyperpod-chart dashboard
 
 setup: $(STAMP)
 
@@ -29,6 +29,10 @@ synth: $(STAMP)
 	npx cdk synth --no-notices --no-version-reporting --quiet -c manifests_dir=k8s_manifests/dist
 	$(BIN)/python -m llm_infra.synth_summary cdk.out
 	@echo "kubernetes manifests: $$(ls k8s_manifests/dist | tr '\n' ' ')"
+
+# The README's picture of the CloudWatch dashboard, drawn from the synthesized template.
+dashboard: synth
+	$(BIN)/llm-infra dashboard --template cdk.out/llm-infra-cluster.template.json --out docs/dashboard.png
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q

@@ -309,7 +309,7 @@ class TrainingObservability(Construct):
             ),
         )
         self.dashboard.add_widgets(
-            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24, height=3)
+            cloudwatch.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24, height=4)
         )
 
     def _node_health_metrics(self) -> list[cloudwatch.IMetric]:

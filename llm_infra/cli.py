@@ -5,6 +5,7 @@ llm-infra simulate ... (same flags) --trials 2000
 llm-infra nodes list --cluster NAME [--unhealthy]
 llm-infra nodes replace|reboot --cluster NAME --node ID [--node ID ...] [--yes]
 llm-infra cluster status --cluster NAME
+llm-infra dashboard --template cdk.out/llm-infra-cluster.template.json --out docs/dashboard.png
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from llm_infra.planner import FAILURE_PRESETS, PRICE_PRESETS, JobSpec, PlanError, gpu_hours_for, plan, plot, simulate
@@ -71,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_aws_flags(status)
     status.add_argument("--stack-prefix", default="llm-infra", help="the app's project_name")
     status.set_defaults(handler=run_cluster_status)
+
+    dashboard = commands.add_parser("dashboard", help="draw the CloudWatch dashboard of a synthesized cluster stack")
+    dashboard.add_argument("--template", type=Path, required=True, help="cdk.out/<project>-cluster.template.json")
+    dashboard.add_argument("--out", type=Path, required=True, metavar="FILE.png")
+    dashboard.set_defaults(handler=run_dashboard)
     return parser
 
 
@@ -299,3 +306,18 @@ def run_cluster_status(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    from llm_infra.dashboard_diagram import dashboard_body, render
+
+    if not args.template.is_file():
+        raise PlanError(f"--template: {args.template} does not exist; run `make synth` first")
+    template = json.loads(args.template.read_text())
+    try:
+        dashboard_body(template)
+    except ValueError as err:
+        raise PlanError(f"--template {args.template}: {err}") from None
+    titles = render(template, args.out, title=args.template.name.removesuffix(".template.json") + " dashboard")
+    print(json.dumps({"dashboard": str(args.out), "widgets": titles}))
+    return 0

@@ -12,7 +12,9 @@ from aws_cdk.assertions import Match, Template
 from payload.conftest import SMALL, WORKLOADS, json_lines, run_torchrun
 
 from conftest import hyperpod_config
+from llm_infra.cli import main as cli_main
 from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.dashboard_diagram import dashboard_body, render, widget_lines
 
 sys.path.insert(0, str(WORKLOADS))
 from throughput import ThroughputMonitor  # noqa: E402
@@ -276,3 +278,22 @@ def test_the_metric_filters_read_the_log_group_the_add_on_writes(default_app) ->
         a for a in addons.values() if a["Properties"]["AddonName"] == "amazon-cloudwatch-observability"
     ]
     assert log_group_id in cloudwatch_addon["DependsOn"]  # exists before Fluent Bit could create it
+
+
+# ---- the README's picture of the dashboard ---------------------------------------------------------
+def test_dashboard_diagram_draws_every_widget_and_alarm(default_app, tmp_path) -> None:
+    template = default_app.template(CLUSTER)
+    out = tmp_path / "dashboard.png"
+    titles = render(template, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    body = dashboard_body(template)
+    assert titles == [w["properties"]["title"] for w in body["widgets"]]
+    (alarm_widget,) = [w for w in body["widgets"] if w["type"] == "alarm"]
+    lines = widget_lines(alarm_widget, template["Resources"])
+    assert "ObservabilityTrainingStalledAlarm: ThroughputVsMedian LessThanThreshold 0.5" in lines
+    assert len(lines) == len(alarms(default_app))
+
+
+def test_dashboard_command_needs_a_synthesized_template(tmp_path, capsys) -> None:
+    assert cli_main(["dashboard", "--template", str(tmp_path / "missing.json"), "--out", str(tmp_path / "d.png")]) == 2
+    assert "run `make synth` first" in capsys.readouterr().err
