@@ -304,10 +304,6 @@ def run_cluster_status(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def run_dashboard(args: argparse.Namespace) -> int:
     from llm_infra.dashboard_diagram import dashboard_body, render
 
@@ -321,3 +317,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     titles = render(template, args.out, title=args.template.name.removesuffix(".template.json") + " dashboard")
     print(json.dumps({"dashboard": str(args.out), "widgets": titles}))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
