@@ -24,6 +24,17 @@ OUTPUTS = {
         "FileSystemMountName": "abcdefgh",
     }
 }
+# Every chart of the default config (the recipe's two files: recipe=llama2-7b).
+CHARTS = [
+    "base",
+    "fsx-storage",
+    "kuberay",
+    "node-monitoring",
+    "validation",
+    "training-job",
+    "llama2-7b-1-data-prep",
+    "llama2-7b-2-train",
+]
 KUBERNETES_VERSION = TrainingConfig().kubernetes_version  # the cluster's version: what kubectl validates against
 OBSOLETE_NCCL_ENV = {
     "FI_EFA_USE_DEVICE_RDMA",
@@ -75,16 +86,7 @@ def pod_spec(obj: dict) -> dict:
 @pytest.mark.parametrize("mode", ["eks", "hyperpod"])
 def test_every_manifest_passes_its_schema(request, mode: str) -> None:
     charts = request.getfixturevalue(mode)
-    assert set(charts) == {
-        "base",
-        "fsx-storage",
-        "kuberay",
-        "node-monitoring",
-        "validation",
-        "training-job",
-        "llama2-7b-1-data-prep",
-        "llama2-7b-2-train",
-    }
+    assert set(charts) == set(CHARTS)
     checked = {}
     for name, docs in charts.items():
         for doc in docs:
@@ -313,19 +315,7 @@ class YamlSnapshot(SingleFileSnapshotExtension):
     file_extension = "yaml"
 
 
-@pytest.mark.parametrize(
-    "chart",
-    [
-        "base",
-        "fsx-storage",
-        "kuberay",
-        "node-monitoring",
-        "validation",
-        "training-job",
-        "llama2-7b-1-data-prep",
-        "llama2-7b-2-train",
-    ],
-)
+@pytest.mark.parametrize("chart", CHARTS)
 def test_manifest_snapshot(eks, snapshot, chart: str) -> None:
     # ConfigMaps carry the workloads/ and data_prep/ folders (asserted equal elsewhere): snapshot their keys only.
     documents = [dict(d, data=sorted(d["data"])) if d["kind"] == "ConfigMap" else d for d in eks[chart]]
