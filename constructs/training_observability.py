@@ -82,7 +82,7 @@ class TrainingObservability(Construct):
             period=cdk.Duration.minutes(5),
         )
         self.alarms: dict[str, cloudwatch.Alarm] = {}
-        self._alarms(file_system_id, stall_fraction, stall_minutes, fsx_free_percent)
+        self._alarms(stall_fraction, stall_minutes, fsx_free_percent)
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         self._widgets(file_system_id, stall_fraction)
 
@@ -155,7 +155,7 @@ class TrainingObservability(Construct):
         alarm.add_ok_action(action)
         self.alarms[name] = alarm
 
-    def _alarms(self, file_system_id: str, stall_fraction: float, stall_minutes: int, fsx_free_percent: float) -> None:
+    def _alarms(self, stall_fraction: float, stall_minutes: int, fsx_free_percent: float) -> None:
         self._add_alarm(
             "NodeFailed",
             self.container_insights_metric("cluster_failed_node_count", "Maximum").create_alarm(

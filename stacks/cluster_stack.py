@@ -1,4 +1,4 @@
-"""ClusterStack: the EKS cluster, its GPU nodes and the training job's identity."""
+"""ClusterStack: the EKS cluster, its GPU nodes, the jobs' identities, the dashboard and alarms."""
 
 from __future__ import annotations
 
@@ -97,6 +97,7 @@ class ClusterStack(cdk.Stack):
     def _observability(self, config: TrainingConfig, workloads: WorkloadValues) -> TrainingObservability:
         if workloads.fsx is None:
             raise ValueError("workloads: the cluster stack needs the FSx volume's ids (workload_values)")
+        dashboard_name = f"{config.project_name}-training"
         observability = TrainingObservability(
             self,
             "Observability",
@@ -110,14 +111,14 @@ class ClusterStack(cdk.Stack):
             stall_minutes=config.stall_minutes,
             fsx_free_percent=config.fsx_free_alarm_percent,
             alarm_emails=config.alarm_emails,
-            dashboard_name=f"{config.project_name}-training",
+            dashboard_name=dashboard_name,
         )
         cdk.CfnOutput(self, "AlarmTopicArn", value=observability.alarm_topic.topic_arn)
         cdk.CfnOutput(
             self,
             "DashboardUrl",
             value=f"https://{self.region}.console.aws.amazon.com/cloudwatch/home?region={self.region}"
-            f"#dashboards:name={config.project_name}-training",
+            f"#dashboards:name={dashboard_name}",
         )
         return observability
 
