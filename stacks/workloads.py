@@ -19,7 +19,7 @@ from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.render import PLATFORM_CHARTS, build_charts
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_TOLERATION
-from llm_infra.versions import KUBERAY_OPERATOR
+from llm_infra.versions import KUBERAY_OPERATOR, TOKENIZERS_VERSION
 
 
 def workload_values(config: TrainingConfig, lustre: LustreStorage) -> WorkloadValues:
@@ -55,12 +55,16 @@ class ClusterWorkloads(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         if image_asset:
-            # The DLC image with the payload and Ray baked in, built and pushed by `cdk deploy`.
+            # The DLC image with the payload, Ray and tokenizers baked in, built and pushed by `cdk deploy`.
             image = ecr_assets.DockerImageAsset(
                 self,
                 "TrainingImage",
                 directory=str(WORKLOADS_DIR),
-                build_args={"BASE_IMAGE": values.image, "RAY_VERSION": values.ray_version},
+                build_args={
+                    "BASE_IMAGE": values.image,
+                    "RAY_VERSION": values.ray_version,
+                    "TOKENIZERS_VERSION": TOKENIZERS_VERSION,
+                },
                 platform=ecr_assets.Platform.LINUX_AMD64,
             )
             values = replace(values, image=image.image_uri, ray_image=image.image_uri)

@@ -11,6 +11,7 @@ from conftest import FAKE_HYPERPOD_CHART, hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.stacks.training_app import add_training_stacks
+from llm_infra.versions import TOKENIZERS_VERSION
 
 CLUSTER = "-cluster"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -94,3 +95,11 @@ def test_optional_image_asset_bakes_in_the_payload_and_ray(synth) -> None:
     )
     assert not (staged / "README.md").exists()  # .dockerignore keeps the build context to the payload
     assert "FROM ${BASE_IMAGE}" in (staged / "Dockerfile").read_text()
+    assert '"tokenizers==${TOKENIZERS_VERSION}"' in (staged / "Dockerfile").read_text()
+    images = [
+        image
+        for assets in app.outdir.glob("*.assets.json")
+        for image in json.loads(assets.read_text()).get("dockerImages", {}).values()
+    ]
+    (image,) = images
+    assert image["source"]["dockerBuildArgs"]["TOKENIZERS_VERSION"] == TOKENIZERS_VERSION
