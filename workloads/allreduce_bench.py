@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 import time
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from accelerator import device_and_backend
+from accelerator import device_and_backend, exit_process
 
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -105,4 +104,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

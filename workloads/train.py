@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accelerator import device_and_backend
+from accelerator import device_and_backend, exit_process
 from checkpoint_interval import daly_interval
 from checkpointing import CheckpointManager
 from data import SyntheticTokens, TokenFile
@@ -451,4 +451,4 @@ def report_verdict(runtime: Runtime, summary: dict[str, Any], checkpoints: Check
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -61,3 +63,23 @@ def test_daly_schedule_uses_the_measured_stall() -> None:
     assert schedule.due(1, step_seconds=0.01, save_stall=2.0)
     # A slower save moves the next checkpoint out (sqrt(2 * 8 * 3600) = 240 s).
     assert not schedule.due(1, step_seconds=0.01, save_stall=8.0)
+
+
+def test_exit_process_keeps_buffered_output_and_the_exit_code() -> None:
+    # train.py ends through exit_process (no interpreter teardown to race with gloo threads):
+    # the summary line still buffered in stdout must arrive, and the code must reach torchrun.
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from accelerator import exit_process; "
+            "sys.stdout.write('{\"event\": \"summary\"}\\n'); sys.stderr.write('bye'); exit_process(3)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=WORKLOADS,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},  # stdout is block-buffered
+        timeout=60,
+    )
+    assert child.returncode == 3
+    assert child.stdout == '{"event": "summary"}\n' and child.stderr == "bye"
