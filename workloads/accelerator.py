@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 import torch
 
@@ -17,7 +18,7 @@ def device_and_backend() -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
-def exit_process(code: int) -> None:
+def exit_process(code: int) -> NoReturn:
     """Flush stdout/stderr and end the process without interpreter teardown.
 
     A process group's worker threads drop their last reference to a finished collective (and
