@@ -1,5 +1,7 @@
 # `make synth`: set up .venv + the pinned CDK CLI, synthesize the default app offline, summarize.
-# `make test`:  the same set-up, then the whole test suite (this is what CI runs).
+# `make test`:  the same set-up, then the whole test suite (this is what CI runs). The upstream CRD
+#               schemas come from $LLM_INFRA_CRDS_DIR if set, else `make crds` fetches them (pinned,
+#               sha256-checked) into .cache/crds.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -10,12 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-# AWS publishes the HyperPod dependencies chart only in this repository (pinned commit).
-HYPERPOD_CLI_REPO := https://github.com/aws/sagemaker-hyperpod-cli.git
-HYPERPOD_CLI_COMMIT := 067d658b2d5c3d347afbadd75e1425214e965dcb
-HYPERPOD_CLI_DIR := .cache/sagemaker-hyperpod-cli
-
-.PHONY: setup synth test lint clean hyperpod-chart dashboard
+.PHONY: setup synth test lint clean crds dashboard
 
 setup: $(STAMP)
 
@@ -34,8 +31,12 @@ synth: $(STAMP)
 dashboard: synth
 	$(BIN)/llm-infra dashboard --template cdk.out/llm-infra-cluster.template.json --out docs/dashboard.png
 
-test: $(STAMP) lint
+test: $(STAMP) lint crds
 	$(BIN)/python -m pytest -q
+
+# The pinned upstream CRDs the manifests are validated against (llm_infra/crds.py has the sources).
+crds: $(STAMP)
+	@$(BIN)/python -m llm_infra.crds check 2>/dev/null || $(BIN)/python -m llm_infra.crds fetch
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -43,13 +44,6 @@ lint: $(STAMP)
 	$(BIN)/mypy llm_infra constructs stacks k8s_manifests
 	cd workloads && ../$(BIN)/mypy --ignore-missing-imports .
 	cd data_prep && ../$(BIN)/mypy .
-
-# For compute=hyperpod: fetch the HyperPod dependencies chart (needs git, helm and GitHub access).
-hyperpod-chart:
-	@command -v helm >/dev/null || { echo "hyperpod-chart needs the helm CLI: https://helm.sh/docs/intro/install/"; exit 1; }
-	test -d $(HYPERPOD_CLI_DIR)/.git || git clone --quiet --filter=blob:none $(HYPERPOD_CLI_REPO) $(HYPERPOD_CLI_DIR)
-	git -C $(HYPERPOD_CLI_DIR) checkout --quiet $(HYPERPOD_CLI_COMMIT)
-	helm dependency build $(HYPERPOD_CLI_DIR)/helm_chart/HyperPodHelmChart
 
 clean:
 	rm -rf cdk.out $(VENV) node_modules

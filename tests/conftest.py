@@ -4,32 +4,36 @@ from __future__ import annotations
 
 import json
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
 import pytest
 
+from llm_infra import crds
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import payload_files
 from llm_infra.stacks.training_app import add_training_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SHARED_CRDS = REPO_ROOT.parent / "shared" / "crds"
 
 _ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 
-# A stand-in for AWS's HyperPod dependencies chart (fetched by `make hyperpod-chart`, never in CI):
-# the stack only ships the folder as an asset, so any valid chart exercises the wiring.
-FAKE_HYPERPOD_CHART = Path(tempfile.mkdtemp(prefix="hyperpod-chart-")) / "HyperPodHelmChart"
-FAKE_HYPERPOD_CHART.mkdir()
-(FAKE_HYPERPOD_CHART / "Chart.yaml").write_text("apiVersion: v2\nname: hyperpod-helm-chart\nversion: 0.1.0\n")
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stop at once, in one line, when the pinned upstream CRDs are not where the tests read them."""
+    absent = crds.missing(crds.crds_dir())
+    if absent:
+        pytest.exit(
+            f"the pinned CRDs ({', '.join(absent)}) are missing from {crds.crds_dir()}: run `make crds` "
+            f"or set {crds.CRDS_DIR_VARIABLE} to a folder that has them",
+            returncode=2,
+        )
 
 
 def hyperpod_config(**changes: Any) -> TrainingConfig:
-    """A HyperPod-mode config that points at the stand-in chart."""
-    return TrainingConfig(compute="hyperpod", hyperpod_helm_chart=str(FAKE_HYPERPOD_CHART)).with_(**changes)
+    """A HyperPod-mode config."""
+    return TrainingConfig(compute="hyperpod").with_(**changes)
 
 
 class Synthesized:

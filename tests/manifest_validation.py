@@ -12,14 +12,9 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from conftest import SHARED_CRDS
+from llm_infra.crds import CRD_SOURCES, read_crd
 
-CRD_FILES = {
-    ("kubeflow.org", "PyTorchJob"): "kubeflow.org_pytorchjobs.yaml",
-    ("kubeflow.org", "MPIJob"): "kubeflow.org_mpijobs.yaml",
-    ("ray.io", "RayCluster"): "ray.io_rayclusters.yaml",
-    ("ray.io", "RayJob"): "ray.io_rayjobs.yaml",
-}
+CRD_FILES = {(source.group, source.kind): name for name, source in CRD_SOURCES.items()}
 
 
 def _structural_to_jsonschema(node: Any) -> Any:
@@ -40,7 +35,7 @@ def _structural_to_jsonschema(node: Any) -> Any:
 
 @cache
 def crd_validator(group: str, version: str, kind: str) -> jsonschema.Draft7Validator:
-    (crd,) = [d for d in yaml.safe_load_all((SHARED_CRDS / CRD_FILES[(group, kind)]).read_text()) if d]
+    (crd,) = [d for d in yaml.safe_load_all(read_crd(CRD_FILES[(group, kind)])) if d]
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version and v.get("served")]
     schema = _structural_to_jsonschema(copy.deepcopy(served["schema"]["openAPIV3Schema"]))
     schema["properties"]["metadata"] = {"type": "object"}  # the API server validates metadata itself
