@@ -26,25 +26,41 @@ def test_shellcheck_is_clean() -> None:
     assert result.returncode == 0, result.stdout
 
 
-class Sandbox:
-    """A fake root, a copy of the scripts, and stub sysctl/systemctl/mountpoint that log their calls."""
+# What the HyperPod EKS AMI has where AWS's reference lifecycle scripts expect it (awsome-distributed-
+# training, 1.architectures/7.sagemaker-hyperpod-eks/LifecycleScripts/base-config/on_create_main.sh):
+# the secondary EBS volume at /opt/sagemaker, instance NVMe at /opt/dlami/nvme, containerd's state
+# under /var/lib/containerd (with the preloaded pause image every pod sandbox needs), kubelet's under
+# /var/lib/kubelet, containerd's config and NVIDIA runtime spec, the EFA tools, AL2023's os-release.
+AMI_FILES = {
+    "etc/os-release": 'NAME="Amazon Linux"\nVERSION_ID="2023"\n',
+    "etc/containerd/config.toml": 'version = 2\nroot = "/var/lib/containerd"\n[plugins."io.containerd.grpc.v1.cri"]\n',
+    "etc/containerd/base-runtime-spec.json": "{}\n",
+    "var/lib/containerd/io.containerd.content.v1.content/blobs/sha256/pause": "localhost/kubernetes/pause layer\n",
+    "var/lib/kubelet/config.json": "{}\n",
+    "usr/bin/nvidia-container-runtime": "#!/bin/sh\n",
+    "opt/amazon/efa/bin/fi_info": "#!/bin/sh\n",
+    "opt/sagemaker/.mounted": "",
+    "opt/dlami/nvme/.mounted": "",
+}
+# The AMI's state our scripts must leave exactly as it is.
+AMI_STATE = ("etc/containerd", "var/lib/containerd", "var/lib/kubelet")
 
-    def __init__(self, tmp_path: Path, *, nvme: bool, containerd_config: str | None, failing: str | None = None):
+
+class Sandbox:
+    """A fake root laid out like the HyperPod EKS AMI, a copy of the scripts in the folder HyperPod
+    downloads them to, and stub system commands that log their calls."""
+
+    def __init__(self, tmp_path: Path, *, failing: str | None = None):
         self.root = tmp_path / "root"
-        self.scripts = tmp_path / "scripts"
+        self.scripts = tmp_path / "lifecycle"
         self.bin = tmp_path / "bin"
         self.calls = tmp_path / "calls.log"
         shutil.copytree(LIFECYCLE_SCRIPTS, self.scripts)
         self.bin.mkdir()
-        (self.root / "opt/dlami/nvme").mkdir(parents=True)
-        if containerd_config is not None:
-            (self.root / "etc/containerd").mkdir(parents=True)
-            self.config.write_text(containerd_config)
-        stubs = {
-            "sysctl": "exit 0",
-            "systemctl": "exit 0",
-            "mountpoint": "exit 0" if nvme else "exit 1",
-        }
+        for name, content in AMI_FILES.items():
+            (self.root / name).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / name).write_text(content)
+        stubs = {"sysctl": "exit 0", "systemctl": "exit 0", "mountpoint": "exit 0"}
         if failing:
             stubs[failing] = "echo 'stub failure' >&2; exit 3"
         for name, body in stubs.items():
@@ -52,84 +68,69 @@ class Sandbox:
             stub.write_text(f'#!/bin/bash\necho "{name} $*" >> "{self.calls}"\n{body}\n')
             stub.chmod(0o755)
 
-    @property
-    def config(self) -> Path:
-        return self.root / "etc/containerd/config.toml"
-
     def run(self, env_file: str | None = None) -> subprocess.CompletedProcess[str]:
         if env_file is not None:
             (self.scripts / "lifecycle.env").write_text(env_file)
         env = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "LLM_INFRA_ROOT": str(self.root)}
+        # HyperPod runs on_create.sh as root; the working directory is not ours to assume.
         return subprocess.run(
-            ["bash", str(self.scripts / "on_create.sh")], env=env, capture_output=True, text=True, timeout=60
+            ["bash", str(self.scripts / "on_create.sh")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=self.root,
         )
 
     def call_log(self) -> list[str]:
         return self.calls.read_text().splitlines() if self.calls.exists() else []
 
+    def ami_state(self) -> dict[str, str]:
+        return {
+            str(path.relative_to(self.root)): path.read_text()
+            for top in AMI_STATE
+            for path in sorted((self.root / top).rglob("*"))
+            if path.is_file()
+        }
 
-CONTAINERD = 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n'
 
-
-def test_configures_hugepages_and_moves_containerd_to_nvme(tmp_path: Path) -> None:
-    box = Sandbox(tmp_path, nvme=True, containerd_config=CONTAINERD)
+def test_configures_hugepages_and_leaves_containerd_and_kubelet_alone(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path)
+    before = box.ami_state()
     result = box.run(env_file="HUGEPAGES_2MIB=2048\n")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (box.root / "etc/sysctl.d/90-llm-infra-hugepages.conf").read_text() == "vm.nr_hugepages = 2048\n"
-    assert box.config.read_text().startswith('root = "/opt/dlami/nvme/containerd"\nversion = 2\n')
-    assert (box.root / "opt/dlami/nvme/containerd").is_dir()
-    assert box.call_log() == [
-        "sysctl -w vm.nr_hugepages=2048",
-        f"mountpoint -q {box.root}/opt/dlami/nvme",
-        "systemctl stop containerd",
-        "systemctl start containerd",
-    ]
+    # The pause image, containerd's config and kubelet's state are where the AMI put them.
+    assert box.ami_state() == before
+    assert box.call_log() == ["sysctl -w vm.nr_hugepages=2048"]  # no containerd or kubelet restart
     assert "[on_create]" in (box.root / "var/log/provision/provisioning.log").read_text()
 
 
 def test_second_run_changes_nothing(tmp_path: Path) -> None:
-    box = Sandbox(tmp_path, nvme=True, containerd_config=CONTAINERD)
-    assert box.run().returncode == 0
-    first_config = box.config.read_text()
-    box.calls.unlink()
+    box = Sandbox(tmp_path)
+    assert box.run(env_file="HUGEPAGES_2MIB=4096\n").returncode == 0
+    conf = box.root / "etc/sysctl.d/90-llm-infra-hugepages.conf"
+    first = (conf.read_text(), box.ami_state())
     second = box.run()
     assert second.returncode == 0, second.stderr
-    assert box.config.read_text() == first_config
-    assert "systemctl stop containerd" not in box.call_log()  # no restart of containerd on a re-run
-    assert "already on" in second.stdout
+    assert (conf.read_text(), box.ami_state()) == first
 
 
-def test_replaces_an_existing_root_setting(tmp_path: Path) -> None:
-    box = Sandbox(tmp_path, nvme=True, containerd_config='root = "/var/lib/containerd"\nversion = 2\n')
+def test_default_hugepages_without_settings(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path)
     assert box.run().returncode == 0
-    assert box.config.read_text() == 'root = "/opt/dlami/nvme/containerd"\nversion = 2\n'
+    assert (box.root / "etc/sysctl.d/90-llm-infra-hugepages.conf").read_text() == "vm.nr_hugepages = 5120\n"
 
 
-def test_without_nvme_keeps_the_default_root(tmp_path: Path) -> None:
-    box = Sandbox(tmp_path, nvme=False, containerd_config=CONTAINERD)
-    result = box.run()
-    assert result.returncode == 0
-    assert box.config.read_text() == CONTAINERD
-    assert not any(call.startswith("systemctl") for call in box.call_log())
-
-
-@pytest.mark.parametrize("failing", ["sysctl", "systemctl"])
-def test_a_failing_step_fails_the_node_loudly(tmp_path: Path, failing: str) -> None:
-    box = Sandbox(tmp_path, nvme=True, containerd_config=CONTAINERD, failing=failing)
+def test_a_failing_step_fails_the_node_loudly(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path, failing="sysctl")
     result = box.run()
     assert result.returncode != 0
-    assert "FAILED" in result.stderr + result.stdout
-
-
-def test_missing_containerd_config_fails_loudly(tmp_path: Path) -> None:
-    box = Sandbox(tmp_path, nvme=True, containerd_config=None)
-    result = box.run()
-    assert result.returncode != 0
-    assert "config.toml is missing" in result.stderr + result.stdout
+    assert "FAILED: configure_hugepages.sh" in result.stderr + result.stdout
 
 
 def test_bad_hugepages_value_is_rejected(tmp_path: Path) -> None:
-    box = Sandbox(tmp_path, nvme=False, containerd_config=CONTAINERD)
+    box = Sandbox(tmp_path)
     result = box.run(env_file="HUGEPAGES_2MIB=lots\n")
     assert result.returncode != 0
     assert "HUGEPAGES_2MIB must be a non-negative integer, got 'lots'" in result.stderr + result.stdout

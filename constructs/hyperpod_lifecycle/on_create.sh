@@ -20,7 +20,12 @@ if [[ -f "$HERE/lifecycle.env" ]]; then
   source "$HERE/lifecycle.env"
   set +a
 fi
-for step in configure_hugepages.sh configure_containerd_storage.sh; do
+# Containerd and kubelet keep the AMI's layout: /var/lib/containerd holds the preloaded pause image
+# that every pod sandbox needs, and AWS's reference scripts (awsome-distributed-training,
+# 7.sagemaker-hyperpod-eks/LifecycleScripts/base-config) move it only together with a complete new
+# containerd config. The steps below touch neither.
+STEPS=(configure_hugepages.sh)
+for step in "${STEPS[@]}"; do
   echo "[on_create] running $step"
   if ! bash "$HERE/$step"; then
     echo "[on_create] FAILED: $step" >&2
