@@ -22,7 +22,9 @@ class GpuNodeGroup(Construct):
     - network interfaces derived from the instance profile's network cards in a versioned
       :class:`~llm_infra.instance_types.EfaLayout` (p5.48xlarge: 32 EFA interfaces), the EFA
       security group on each of them;
-    - a cluster placement group; optional capacity reservation or capacity block;
+    - a cluster placement group (``placement_group``: ``"create"`` a new one, the name of an
+      existing one, or ``None``; reserved capacity made in a placement group launches only into that
+      one), optional capacity reservation or capacity block;
     - IMDSv2 required with a hop limit of 1 (pods get AWS credentials from EKS Pod Identity,
       never from the node role);
     - the NVIDIA-accelerated EKS AMI (AL2023), an encrypted gp3 root volume, 2 MiB hugepages for
@@ -49,6 +51,7 @@ class GpuNodeGroup(Construct):
         root_volume_gib: int = 500,
         hugepages_2mib: int = 5120,
         labels: dict[str, str] | None = None,
+        placement_group: str | None = "create",
     ) -> None:
         super().__init__(scope, construct_id)
         min_size = desired_size if min_size is None else min_size
@@ -70,7 +73,11 @@ class GpuNodeGroup(Construct):
         if self.efa_enabled and not profile.efa_supported:
             raise ValueError(f"efa_security_group: {profile.instance_type} has no EFA; pass None")
 
-        self.placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        if placement_group == "create":
+            created = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            self.placement_group_name: str | None = created.placement_group_name
+        else:
+            self.placement_group_name = placement_group
         self.node_role = self._node_role()
         self.launch_template = self._launch_template(
             security_groups,
@@ -153,7 +160,11 @@ class GpuNodeGroup(Construct):
                     ),
                 )
             ],
-            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group.placement_group_name),
+            placement=(
+                ec2.CfnLaunchTemplate.PlacementProperty(group_name=self.placement_group_name)
+                if self.placement_group_name
+                else None
+            ),
             user_data=cdk.Fn.base64(_user_data(hugepages_2mib)),
             capacity_reservation_specification=(
                 ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(

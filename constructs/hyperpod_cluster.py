@@ -101,8 +101,9 @@ class HyperPodCluster(Construct):
       with ``lifecycle_environment``) uploaded by ``cdk deploy`` to a bucket of the construct and
       referenced by ``LifeCycleConfig``;
     - an execution role that trusts SageMaker, with AmazonSageMakerClusterInstanceRolePolicy plus
-      only what nodes need (ENIs in the VPC, ECR pull, reading the lifecycle prefix, Pod Identity),
-      and an EKS access entry for it;
+      what AWS's reference execution role grants (ENIs in the VPC, ECR pull, Pod Identity,
+      ``cloudwatch:DescribeAlarms``) and reading the lifecycle prefix; HyperPod itself creates its
+      EKS access entry;
     - optional managed tiered checkpointing (``TieredStorageConfig``).
     """
 
@@ -159,10 +160,9 @@ class HyperPodCluster(Construct):
         )
         self._acknowledge_bucket_deployment(deployment)
         self.execution_role = self._execution_role(cluster, lifecycle_bucket)
-        # HyperPod nodes join EKS as the execution role, through a HYPERPOD_LINUX access entry.
-        cluster.grant_access(
-            "HyperPodNodes", self.execution_role.role_arn, [], access_entry_type=eks.AccessEntryType.HYPERPOD_LINUX
-        )
+        # No access entry here: HyperPod creates the execution role's entry itself ("This is created by
+        # HyperPod on your behalf", SageMaker API ClusterMetadata.EksRoleAccessEntries); a second one
+        # from this stack would fail the create with a conflict.
 
         lifecycle = sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
             source_s3_uri=f"s3://{self.lifecycle_bucket.bucket_name}/{self.lifecycle_prefix}",
@@ -257,6 +257,10 @@ class HyperPodCluster(Construct):
                     "ec2:DescribeSubnets",
                     "ec2:DescribeSecurityGroups",
                     "ec2:DetachNetworkInterface",
+                    "ec2:ModifyNetworkInterfaceAttribute",
+                    "ec2:DescribeInstances",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeTags",
                     "ec2:AssignPrivateIpAddresses",
                     "ec2:UnassignPrivateIpAddresses",
                     "ec2:CreateTags",
@@ -277,6 +281,9 @@ class HyperPodCluster(Construct):
             )
         )
         role.add_to_policy(
+            iam.PolicyStatement(sid="ReadAlarms", actions=["cloudwatch:DescribeAlarms"], resources=["*"])
+        )
+        role.add_to_policy(
             iam.PolicyStatement(
                 sid="PodIdentity",
                 actions=["eks-auth:AssumeRoleForPodIdentity"],
@@ -287,7 +294,8 @@ class HyperPodCluster(Construct):
         acknowledge(
             role,
             "IAM5",
-            "ENI and ECR-token actions take no resource ARNs; object reads are limited to the lifecycle prefix.",
+            "ENI, EC2 describe, ECR-token and DescribeAlarms actions take no resource ARNs (as in AWS's reference "
+            "HyperPod execution role); object reads are limited to the lifecycle prefix.",
             findings=["Resource::*", bucket_objects_finding(lifecycle_bucket.bucket, f"{self.lifecycle_prefix}*")],
         )
         return role

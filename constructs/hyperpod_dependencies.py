@@ -1,29 +1,74 @@
-"""HyperPodDependencies: what HyperPod's resilience features need inside the EKS cluster."""
+"""HyperPodDependencies: AWS's HyperPod dependencies Helm chart, installed by AWS's own nested stack."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from collections.abc import Mapping
 
 import aws_cdk as cdk
-from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from llm_infra.constructs.local_helm_chart import helm_chart_from_directory
-from llm_infra.node_labels import HEALTH_STATUS_TOLERATION
+# AWS publishes the stack that `hyp create cluster-stack` and the HyperPod console use to install the
+# chart, per region (PyPI hyperpod-cluster-stack-template 1.0.2, creation_template.yaml: HelmChartStack).
+HELM_CHART_TEMPLATE_URL = (
+    "https://aws-sagemaker-hyperpod-cluster-setup-${AWS::Region}-prod.s3.${AWS::Region}.amazonaws.com"
+    "/templates/helm-chart-template.yaml"
+)
+HELM_CHART_CUSTOM_RESOURCE_BUCKET = "aws-sagemaker-hyperpod-cluster-setup-${AWS::Region}-prod"
+HELM_REPO_URL = "https://github.com/aws/sagemaker-hyperpod-cli.git"
+HELM_REPO_PATH = "helm_chart/HyperPodHelmChart"
+HELM_RELEASE = "hyperpod-dependencies"
+HELM_NAMESPACE = "kube-system"
+
+# Every switch of the chart's values.yaml (aws/sagemaker-hyperpod-cli 011ca92, helm_chart/
+# HyperPodHelmChart), set explicitly so that a changed default upstream does not change what we get.
+# The device plugins are off: TrainingCluster installs pinned ones in both compute modes (one owner).
+CHART_SWITCHES = (
+    "trainingOperators.enabled",
+    "mpi-operator.enabled",
+    "health-monitoring-agent.enabled",
+    "deep-health-check.enabled",
+    "job-auto-restart.enabled",
+    "hyperpod-patching.enabled",
+    "nvidia-device-plugin.devicePlugin.enabled",
+    "aws-efa-k8s-device-plugin.devicePlugin.enabled",
+    "neuron-device-plugin.devicePlugin.enabled",
+    "cert-manager.enabled",
+    "mlflow.enabled",
+    "inferenceOperators.enabled",
+    "storage.enabled",
+    "cluster-role-and-bindings.enabled",
+    "namespaced-role-and-bindings.enabled",
+    "team-role-and-bindings.enabled",
+    "gpu-operator.enabled",
+)
+TRAINING_OPERATORS = ("trainingOperators.enabled", "mpi-operator.enabled")
+HYPERPOD_RESILIENCE = (
+    "health-monitoring-agent.enabled",
+    "deep-health-check.enabled",
+    "job-auto-restart.enabled",
+    "hyperpod-patching.enabled",
+)
+
+
+def chart_switches(*, hyperpod: bool) -> dict[str, bool]:
+    """What the chart installs: the Kubeflow training and MPI operators always; HyperPod's health
+    agent, deep health checks, job auto-restart and patching only on a HyperPod cluster."""
+    enabled = set(TRAINING_OPERATORS) | (set(HYPERPOD_RESILIENCE) if hyperpod else set())
+    return {switch: switch in enabled for switch in CHART_SWITCHES}
 
 
 class HyperPodDependencies(Construct):
-    """The SageMaker HyperPod dependencies Helm chart, installed before the HyperPod cluster.
+    """AWS's HyperPod dependencies chart (Kubeflow training operator with the PyTorchJob CRD, MPI
+    operator; on HyperPod also the health-monitoring agent, deep health checks and job auto-restart).
 
-    AWS publishes the chart in the ``aws/sagemaker-hyperpod-cli`` repository
-    (``helm_chart/HyperPodHelmChart``), not in a Helm repository, so the stack takes a local copy
-    at a pinned commit (``make hyperpod-chart`` fetches it) and ships it as a CDK asset. Enabled:
-    the health-monitoring agent (detects GPU/EFA/kernel faults and marks nodes for reboot or
-    replacement), deep health checks, job auto-restart (restarts PyTorchJobs annotated with
-    ``sagemaker.amazonaws.com/enable-job-auto-resume``), the Kubeflow training operator
-    (PyTorchJob) and the MPI operator. The NVIDIA and EFA device plugins stay disabled here:
-    :class:`TrainingCluster` installs pinned ones for both compute modes.
+    Installed at deploy time by AWS's published nested stack, the one the HyperPod console and CLI
+    use (``AWS::CloudFormation::Stack`` → ``helm-chart-template.yaml`` in the region's
+    ``aws-sagemaker-hyperpod-cluster-setup-<region>-prod`` bucket): its Lambda clones the chart from
+    ``aws/sagemaker-hyperpod-cli`` and runs Helm with ``HelmOperators`` as ``--set`` switches, under a
+    role it gives cluster-admin through an access entry. Nothing is fetched at synth time and nothing
+    needs git or Helm on your machine. The trade-off: AWS's stack installs the chart's current
+    version (it is not pinned by commit), and its Lambda runs outside the VPC, so the cluster's API
+    endpoint must be public (``endpoint_access=public-and-private``).
     """
 
     def __init__(
@@ -31,42 +76,36 @@ class HyperPodDependencies(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
-        chart_dir: Path,
-        extra_values: dict[str, Any] | None = None,
+        cluster_name: str,
+        switches: Mapping[str, bool],
+        resource_name_prefix: str,
     ) -> None:
         super().__init__(scope, construct_id)
-        if not (chart_dir / "Chart.yaml").is_file():
-            raise ValueError(
-                f"hyperpod_helm_chart: {chart_dir} has no Chart.yaml; run `make hyperpod-chart` or point "
-                "it at helm_chart/HyperPodHelmChart of aws/sagemaker-hyperpod-cli"
-            )
-        self.values = self.default_values(cdk.Stack.of(self).region) | (extra_values or {})
-        self.chart = helm_chart_from_directory(
+        unknown = sorted(set(switches) - set(CHART_SWITCHES))
+        if unknown:
+            raise ValueError(f"switches: unknown {', '.join(unknown)}; allowed: {', '.join(CHART_SWITCHES)}")
+        self.switches = dict(switches)
+        self.stack = cdk.CfnStack(
             self,
-            "Chart",
-            cluster=cluster,
-            chart_dir=chart_dir,
-            release="hyperpod-dependencies",
-            namespace="kube-system",
-            values=self.values,
-            timeout=cdk.Duration.minutes(15),
+            "HelmChartStack",
+            template_url=cdk.Fn.sub(HELM_CHART_TEMPLATE_URL),
+            parameters={
+                "ResourceNamePrefix": resource_name_prefix,
+                "HelmRepoUrl": HELM_REPO_URL,
+                "HelmRepoPath": HELM_REPO_PATH,
+                "Namespace": HELM_NAMESPACE,
+                "HelmRelease": HELM_RELEASE,
+                "HelmOperators": self.helm_operators,
+                "CustomResourceS3Bucket": cdk.Fn.sub(HELM_CHART_CUSTOM_RESOURCE_BUCKET),
+                "EKSClusterName": cluster_name,
+            },
         )
 
-    @staticmethod
-    def default_values(region: str) -> dict[str, Any]:
-        """Chart values: resilience on, duplicates of what TrainingCluster installs off."""
-        return {
-            "health-monitoring-agent": {"enabled": True, "region": region},
-            "deep-health-check": {"enabled": True},
-            "job-auto-restart": {"enabled": True},
-            "trainingOperators": {"enabled": True},
-            "training-operators": {"tolerations": [HEALTH_STATUS_TOLERATION]},
-            "mpi-operator": {"enabled": True},
-            "nvidia-device-plugin": {"devicePlugin": {"enabled": False}},
-            "aws-efa-k8s-device-plugin": {"devicePlugin": {"enabled": False}},
-            "neuron-device-plugin": {"devicePlugin": {"enabled": False}},
-            "mlflow": {"enabled": False},
-            "inferenceOperators": {"enabled": False},
-            "cert-manager": {"enabled": False},
-        }
+    @property
+    def helm_operators(self) -> str:
+        """The ``HelmOperators`` parameter: ``key=true|false`` pairs, comma-separated."""
+        return ",".join(f"{key}={str(on).lower()}" for key, on in self.switches.items())
+
+    @property
+    def enabled(self) -> frozenset[str]:
+        return frozenset(key for key, on in self.switches.items() if on)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -20,7 +21,14 @@ from llm_infra.constructs.nag import (
     managed_policy_finding,
     use_aws_managed_policies,
 )
-from llm_infra.node_labels import EFA_LABEL, GPU_TOLERATION, HEALTH_STATUS_TOLERATION, NODE_ROLE_LABEL
+from llm_infra.node_labels import (
+    CRITICAL_ADDONS_TOLERATION,
+    EFA_LABEL,
+    GPU_TOLERATION,
+    HEALTH_STATUS_TOLERATION,
+    INSTANCE_TYPE_LABEL,
+    NODE_ROLE_LABEL,
+)
 from llm_infra.versions import EFA_DEVICE_PLUGIN, EKS_ADDONS, NVIDIA_DEVICE_PLUGIN, HelmChartPin
 
 ENDPOINT_ACCESS = {
@@ -35,6 +43,43 @@ def eks_version(version: str) -> eks.KubernetesVersion:
     if version not in EKS_ADDONS:
         raise ValueError(f"kubernetes_version: {version!r} is not supported; allowed: {', '.join(EKS_ADDONS)}")
     return eks.KubernetesVersion.of(version)
+
+
+def nvidia_device_plugin_values() -> dict[str, object]:
+    """Values for the NVIDIA device plugin chart: run on our GPU nodes.
+
+    The chart's default ``affinity`` (deployments/helm/nvidia-device-plugin/values.yaml at v0.18.2)
+    requires an NFD label or ``nvidia.com/gpu.present=true``, which neither EKS nor HyperPod nodes
+    carry and which NFD (off by default) would add. Helm merges maps but replaces lists, so this
+    ``nodeSelectorTerms`` list replaces the default terms; the chart's default tolerations are
+    replaced too (GPU taint, HyperPod's health-status taint, CriticalAddonsOnly kept).
+    """
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": NODE_ROLE_LABEL, "operator": "In", "values": ["gpu"]}]}
+                    ]
+                }
+            }
+        },
+        "tolerations": [CRITICAL_ADDONS_TOLERATION, GPU_TOLERATION, HEALTH_STATUS_TOLERATION],
+    }
+
+
+def efa_device_plugin_values(gpu_instance_types: Sequence[str]) -> dict[str, object]:
+    """Values for the EFA device plugin chart: run on our EFA nodes.
+
+    The chart's DaemonSet affinity is hard-coded from ``supportedInstanceLabels`` (key
+    ``node.kubernetes.io/instance-type`` In ``values``: EC2 names such as ``p5.48xlarge``; HyperPod
+    nodes carry ``ml.p5.48xlarge``), so the list names our GPU nodes' instance types exactly.
+    """
+    return {
+        "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": list(gpu_instance_types)},
+        "nodeSelector": {EFA_LABEL: "true"},
+        "tolerations": [GPU_TOLERATION, HEALTH_STATUS_TOLERATION],
+    }
 
 
 def kubectl_layer(scope: Construct, version: str) -> lambda_.ILayerVersion:
@@ -56,8 +101,12 @@ class TrainingCluster(Construct):
       call AWS with their own Pod Identity role;
     - the add-on's application log group (``application_log_group``: container stdout, retained,
       one month), created before the add-on so that metric filters can attach to it;
-    - pinned Helm charts: the NVIDIA device plugin (GPU nodes) and the AWS EFA device plugin (only
-      nodes labelled ``llm-infra.aws/efa=true``).
+    - pinned Helm charts, each after the system nodes: the NVIDIA device plugin (nodes labelled
+      ``llm-infra.aws/node-role=gpu``) and the AWS EFA device plugin (nodes labelled
+      ``llm-infra.aws/efa=true`` whose instance type is one of ``gpu_instance_types``).
+
+    ``gpu_instance_types`` are the values of ``node.kubernetes.io/instance-type`` on the GPU nodes:
+    EC2 names for managed node groups, ``ml.``-prefixed names on HyperPod.
     """
 
     def __init__(
@@ -73,8 +122,11 @@ class TrainingCluster(Construct):
         endpoint_access: str = "public-and-private",
         admin_role_arn: str | None = None,
         cluster_name: str | None = None,
+        gpu_instance_types: Sequence[str] = ("p5.48xlarge",),
     ) -> None:
         super().__init__(scope, construct_id)
+        if not gpu_instance_types:
+            raise ValueError("gpu_instance_types: at least one (the GPU nodes' node.kubernetes.io/instance-type)")
         if endpoint_access not in ENDPOINT_ACCESS:
             raise ValueError(
                 f"endpoint_access: {endpoint_access!r} is not allowed; allowed: {', '.join(ENDPOINT_ACCESS)}"
@@ -119,17 +171,10 @@ class TrainingCluster(Construct):
         self.system_nodegroup = self._system_nodegroup(system_instance_type, system_nodes)
         self.addons = self._addons()
         self.nvidia_device_plugin = self.add_pinned_helm_chart(
-            "NvidiaDevicePlugin",
-            NVIDIA_DEVICE_PLUGIN,
-            {
-                "nodeSelector": {NODE_ROLE_LABEL: "gpu"},
-                "tolerations": [GPU_TOLERATION, HEALTH_STATUS_TOLERATION],
-            },
+            "NvidiaDevicePlugin", NVIDIA_DEVICE_PLUGIN, nvidia_device_plugin_values()
         )
         self.efa_device_plugin = self.add_pinned_helm_chart(
-            "EfaDevicePlugin",
-            EFA_DEVICE_PLUGIN,
-            {"nodeSelector": {EFA_LABEL: "true"}, "tolerations": [GPU_TOLERATION, HEALTH_STATUS_TOLERATION]},
+            "EfaDevicePlugin", EFA_DEVICE_PLUGIN, efa_device_plugin_values(gpu_instance_types)
         )
         self._acknowledge_cdk_internals()
 
@@ -137,8 +182,9 @@ class TrainingCluster(Construct):
     def add_pinned_helm_chart(
         self, construct_id: str, pin: HelmChartPin, values: dict[str, object], *, scope: Construct | None = None
     ) -> eks.HelmChart:
-        """Install ``pin`` (chart, repository, exact version, namespace) with ``values``."""
-        return eks.HelmChart(
+        """Install ``pin`` (chart, repository, exact version, namespace) with ``values``, after the
+        system nodes exist (a release's pods, and Helm's wait, need somewhere to run)."""
+        chart = eks.HelmChart(
             scope or self,
             construct_id,
             cluster=self.cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
@@ -150,6 +196,8 @@ class TrainingCluster(Construct):
             release=pin.chart,
             values=values,
         )
+        chart.node.add_dependency(self.system_nodegroup)
+        return chart
 
     @property
     def cluster_name(self) -> str:

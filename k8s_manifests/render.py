@@ -18,23 +18,26 @@ from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.validation_chart import ValidationChart
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 
-# Charts that set the cluster up; the rest start GPU jobs.
-PLATFORM_CHARTS = ("base", "fsx-storage", "kuberay", "node-monitoring")
+# Charts that set the cluster up (no GPU held); the job charts start PyTorchJobs on every GPU node.
+PLATFORM_CHARTS = ("base", "fsx-storage", "node-monitoring")
+JOB_CHARTS = ("validation", "training-job")
 
 
 def build_charts(
-    app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True, recipe: bool = False
+    app: cdk8s.App, values: WorkloadValues, *, jobs: bool = True, ray: bool = True, recipe: bool = False
 ) -> dict[str, cdk8s.Chart]:
     """The charts for ``values`` by file name; the FSx volume only when its ids are known.
 
-    ``recipe`` adds the real-model run of ``values.recipe`` (data preparation, then training):
-    two files to apply one after the other, never applied by ``cdk deploy``.
+    ``jobs`` adds the validation and training PyTorchJobs, ``ray`` the RayCluster and its RayJob
+    (GPU workers: run on demand, never applied by ``cdk deploy``), ``recipe`` the real-model run of
+    ``values.recipe`` (data preparation, then training): two files to apply one after the other.
     """
     charts: dict[str, cdk8s.Chart] = {"base": BaseChart(app, "base", values=values)}
     if values.fsx is not None:
         charts["fsx-storage"] = FsxStorageChart(app, "fsx-storage", values=values)
-    charts["kuberay"] = KubeRayChart(app, "kuberay", values=values)
     charts["node-monitoring"] = NodeMonitoringChart(app, "node-monitoring", values=values)
+    if ray:
+        charts["kuberay"] = KubeRayChart(app, "kuberay", values=values)
     if jobs:
         charts["validation"] = ValidationChart(app, "validation", values=values)
         charts["training-job"] = TrainingJobChart(app, "training-job", values=values)

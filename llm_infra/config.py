@@ -12,7 +12,6 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, get_type_hints
 
 from llm_infra.instance_types import INSTANCE_PROFILES, EfaLayout, InstanceProfile, instance_profile
@@ -25,8 +24,9 @@ from llm_infra.service_limits import (
 )
 
 COMPUTE_MODES = ("eks", "hyperpod")
+# Both compute modes: "SageMaker HyperPod supports Kubernetes versions 1.30, 1.31, 1.32, 1.33, 1.34,
+# and 1.35" (docs: sagemaker-hyperpod-eks-prerequisites).
 KUBERNETES_VERSIONS = ("1.34", "1.35")
-HYPERPOD_KUBERNETES_VERSIONS = ("1.34",)  # HyperPod supports EKS up to 1.34 (of the versions above)
 GPU_CAPACITY_TYPES = ("on-demand", "capacity-reservation", "capacity-block")
 ENDPOINT_ACCESS = ("public-and-private", "private")
 
@@ -61,9 +61,10 @@ _DLC_TAG = re.compile(r"^\d+\.\d+(\.\d+)?-gpu-py\d{2,3}-cu\d{3}-[a-z]+\d+\.\d+-(
 _EMAIL = re.compile(r"^[^@\s,]+@[^@\s,]+\.[^@\s,]+$")
 RECIPES = ("llama2-7b", "llama3-8b")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
-# `make hyperpod-chart` puts AWS's HyperPod dependencies chart here (pinned commit in the Makefile).
-HYPERPOD_HELM_CHART_DEFAULT = ".cache/sagemaker-hyperpod-cli/helm_chart/HyperPodHelmChart"
-TRAINING_OPERATOR_CHART_DEFAULT = f"{HYPERPOD_HELM_CHART_DEFAULT}/charts/training-operators"
+# Who installs the Kubeflow training operator (PyTorchJob) and, on HyperPod, HyperPod's resilience
+# components: AWS's HyperPod Helm-chart stack, or you (none).
+OPERATOR_SOURCES = ("aws-helm-stack", "none")
+_PLACEMENT_GROUP_NAME = re.compile(r"^[\w.:/+=@-]{1,255}$")
 _CONTEXT_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -108,8 +109,8 @@ class TrainingConfig:
     hyperpod_cpu_nodes: int = 0
     hyperpod_training_plan_arn: str | None = None
     hyperpod_tiered_checkpointing_percent: int | None = None
-    hyperpod_helm_chart: str = HYPERPOD_HELM_CHART_DEFAULT
-    training_operator_chart: str = TRAINING_OPERATOR_CHART_DEFAULT
+    operators: str = "aws-helm-stack"
+    gpu_placement_group: str | None = None
     apply_jobs: bool = False
     image_asset: bool = False
     manifests_dir: str | None = None
@@ -145,6 +146,19 @@ class TrainingConfig:
         if self.gpu_capacity:
             return self.gpu_capacity
         return "capacity-reservation" if self.capacity_reservation_id else "on-demand"
+
+    @property
+    def placement_group(self) -> str | None:
+        """``"create"``, ``None`` (no placement group) or the name of an existing one.
+
+        Unset: a new cluster placement group for on-demand nodes, none with a capacity reservation or
+        block (reserved capacity lands where it was reserved; an ODCR made in a placement group cannot
+        launch into another one).
+        """
+        choice = self.gpu_placement_group
+        if choice is None:
+            return "create" if self.capacity == "on-demand" else None
+        return None if choice == "none" else choice
 
     @property
     def hyperpod_health_checks(self) -> tuple[str, ...]:
@@ -266,6 +280,7 @@ def _check(c: TrainingConfig) -> list[str]:
     if c.admin_role_arn is not None and not _ROLE_ARN.match(c.admin_role_arn):
         errors.append(f"admin_role_arn: {c.admin_role_arn!r} must be an IAM role ARN")
     errors += _check_storage(c)
+    errors += _check_operators(c)
     errors += _check_observability(c)
     errors += _one_of("recipe", c.recipe, RECIPES)
     if c.compute == "hyperpod":
@@ -338,6 +353,11 @@ def _check_gpu_nodes(c: TrainingConfig) -> list[str]:
         errors.append(f"capacity_reservation_id: {c.capacity_reservation_id!r} must look like cr-0123456789abcdef0")
     if c.capacity in ("capacity-reservation", "capacity-block") and not c.capacity_reservation_id:
         errors.append(f"capacity_reservation_id: required when gpu_capacity is {c.capacity}")
+    if c.gpu_placement_group is not None and not _PLACEMENT_GROUP_NAME.match(c.gpu_placement_group):
+        errors.append(
+            f"gpu_placement_group: {c.gpu_placement_group!r} is not allowed; allowed: create, none or the name "
+            "of an existing cluster placement group"
+        )
     if c.capacity == "on-demand" and c.capacity_reservation_id:
         errors.append("gpu_capacity: on-demand contradicts capacity_reservation_id; use capacity-reservation")
     return errors
@@ -358,6 +378,18 @@ def _check_storage(c: TrainingConfig) -> list[str]:
     return errors
 
 
+def _check_operators(c: TrainingConfig) -> list[str]:
+    errors = _one_of("operators", c.operators, OPERATOR_SOURCES)
+    if c.operators == "aws-helm-stack" and c.endpoint_access == "private":
+        errors.append(
+            "operators: aws-helm-stack installs from a Lambda outside the VPC and needs the public API endpoint; "
+            "with endpoint_access=private set operators=none and install the training operator yourself"
+        )
+    if c.operators == "none" and c.apply_jobs:
+        errors.append("apply_jobs: the jobs are PyTorchJobs and operators=none installs no training operator")
+    return errors
+
+
 def _check_observability(c: TrainingConfig) -> list[str]:
     errors = [f"alarm_email: {email!r} is not an email address" for email in c.alarm_emails if not _EMAIL.match(email)]
     if not 1 <= c.stall_percent <= 99:
@@ -371,11 +403,6 @@ def _check_observability(c: TrainingConfig) -> list[str]:
 
 def _check_hyperpod(c: TrainingConfig) -> list[str]:
     errors = _one_of("hyperpod_node_recovery", c.hyperpod_node_recovery, HYPERPOD_NODE_RECOVERY)
-    if c.kubernetes_version in KUBERNETES_VERSIONS and c.kubernetes_version not in HYPERPOD_KUBERNETES_VERSIONS:
-        errors.append(
-            f"kubernetes_version: {c.kubernetes_version} is not supported by HyperPod; allowed with "
-            f"compute=hyperpod: {', '.join(HYPERPOD_KUBERNETES_VERSIONS)}"
-        )
     unknown = [check for check in c.hyperpod_health_checks if check not in HYPERPOD_DEEP_HEALTH_CHECKS]
     if unknown:
         errors.append(
@@ -389,11 +416,8 @@ def _check_hyperpod(c: TrainingConfig) -> list[str]:
             "capacity_reservation_id: HyperPod takes reserved capacity as a training plan; "
             "set hyperpod_training_plan_arn instead"
         )
-    if not (Path(c.hyperpod_helm_chart) / "Chart.yaml").is_file():
-        errors.append(
-            f"hyperpod_helm_chart: no Chart.yaml in {c.hyperpod_helm_chart!r}; run `make hyperpod-chart` "
-            "(fetches AWS's HyperPod dependencies chart at a pinned commit) or point it at a copy"
-        )
+    if c.gpu_placement_group is not None:
+        errors.append("gpu_placement_group: HyperPod places its instances itself; leave it unset with compute=hyperpod")
     pct = c.hyperpod_tiered_checkpointing_percent
     if pct is not None and not 1 <= pct <= 100:
         errors.append(f"hyperpod_tiered_checkpointing_percent: {pct} must lie in 1..100")

@@ -18,22 +18,38 @@ class HelmChartPin:
     namespace: str
 
 
-# vpc-cni must be >= 1.19 for `efa-only` interfaces (they carry no IP address).
+# EKS add-on builds per Kubernetes version. A build that does not exist fails the stack, so each
+# pin names the public source that shows it (read 2026-12-03). AWS's own tables list only the newest
+# build of some add-ons; before a deploy, `aws eks describe-addon-versions --kubernetes-version <v>
+# --addon-name <name>` is the authority. vpc-cni must be >= 1.19 for `efa-only` interfaces.
 EKS_ADDONS: dict[str, dict[str, str]] = {
     "1.34": {
-        "vpc-cni": "v1.20.4-eksbuild.2",
+        # Public Terraform for EKS 1.34 ("Updated EKS addon versions for Kubernetes 1.34 compatibility").
+        "vpc-cni": "v1.20.4-eksbuild.1",
+        # docs.aws.amazon.com/eks/latest/userguide/managing-coredns.html: "1.34 v1.12.4-eksbuild.1".
         "coredns": "v1.12.4-eksbuild.1",
-        "kube-proxy": "v1.34.0-eksbuild.5",
+        # docs.aws.amazon.com/eks/latest/userguide/managing-kube-proxy.html: "1.34 v1.34.1-eksbuild.2"
+        # (v1.34.0-eksbuild.5 is a self-managed image tag, not an add-on build).
+        "kube-proxy": "v1.34.1-eksbuild.2",
+        # Public Terraform for EKS 1.34: "EKS Pod Identity Agent: v1.3.8-eksbuild.2 -> v1.3.9-eksbuild.3".
         "eks-pod-identity-agent": "v1.3.9-eksbuild.3",
+        # awsdocs/amazon-eks-user-guide (hybrid-nodes-add-ons): "FSx CSI driver v1.7.0-eksbuild.1 and above".
         "aws-fsx-csi-driver": "v1.7.0-eksbuild.1",
+        # Public Terraform with eks_cluster_version 1.34; aws-observability/helm-charts RELEASE_NOTES v4.6.0.
         "amazon-cloudwatch-observability": "v4.6.0-eksbuild.1",
     },
     "1.35": {
-        "vpc-cni": "v1.20.4-eksbuild.2",
-        "coredns": "v1.13.1-eksbuild.1",
-        "kube-proxy": "v1.35.0-eksbuild.2",
-        "eks-pod-identity-agent": "v1.3.9-eksbuild.3",
+        # Public "EKS 1.35-compatible versions" table: vpc-cni v1.21.1-eksbuild.3.
+        "vpc-cni": "v1.21.1-eksbuild.3",
+        # managing-coredns.md (docs.amazonaws.cn): "| 1.35 | v1.13.2-eksbuild.4 |".
+        "coredns": "v1.13.2-eksbuild.4",
+        # managing-kube-proxy.md (docs.amazonaws.cn): "| 1.35 | v1.35.3-eksbuild.2 |".
+        "kube-proxy": "v1.35.3-eksbuild.2",
+        # Public "latest addon versions for EKS 1.35" table: eks-pod-identity-agent v1.4.0-eksbuild.1.
+        "eks-pod-identity-agent": "v1.4.0-eksbuild.1",
+        # As for 1.34 (the add-on's builds are not per Kubernetes version).
         "aws-fsx-csi-driver": "v1.7.0-eksbuild.1",
+        # No public source ties a build to 1.35: the 1.34 build, to confirm with describe-addon-versions.
         "amazon-cloudwatch-observability": "v4.6.0-eksbuild.1",
     },
 }

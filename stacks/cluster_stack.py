@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -13,7 +11,8 @@ from llm_infra.config import TrainingConfig
 from llm_infra.constructs.gpu_node_group import GpuNodeGroup
 from llm_infra.constructs.hugging_face_token import HuggingFaceToken
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInstanceGroup
-from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies
+from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies, chart_switches
+from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
 from llm_infra.constructs.training_cluster import TrainingCluster
 from llm_infra.constructs.training_job_role import TrainingJobRole
 from llm_infra.constructs.training_observability import TrainingObservability
@@ -22,6 +21,9 @@ from llm_infra.stacks.workloads import ClusterWorkloads
 
 
 class ClusterStack(cdk.Stack):
+    """The EKS cluster with its GPU capacity (managed node group or HyperPod), the operators and charts
+    applied at deploy, the jobs' Pod Identity roles, the dashboard and alarms."""
+
     def __init__(
         self,
         scope: Construct,
@@ -32,6 +34,7 @@ class ClusterStack(cdk.Stack):
         control_plane_subnets: list[ec2.ISubnet],
         gpu_subnet: ec2.ISubnet,
         efa_security_group: ec2.ISecurityGroup,
+        fsx_security_group: ec2.ISecurityGroup,
         training_access_policy: iam.IManagedPolicy,
         hf_token: HuggingFaceToken,
         workloads: WorkloadValues,
@@ -48,7 +51,20 @@ class ClusterStack(cdk.Stack):
             system_nodes=config.system_nodes,
             endpoint_access=config.endpoint_access,
             admin_role_arn=config.admin_role_arn,
+            gpu_instance_types=[gpu_instance_type(config)],
         )
+        self._allow_lustre_from_cluster_nodes(fsx_security_group)
+        self.operators: HyperPodDependencies | None = None
+        if config.operators == "aws-helm-stack":
+            self.operators = HyperPodDependencies(
+                self,
+                "Operators",
+                cluster_name=self.training_cluster.cluster_name,
+                switches=chart_switches(hyperpod=config.compute == "hyperpod"),
+                resource_name_prefix=config.project_name,
+            )
+            # The operators' pods need nodes; the CRDs must exist before any object that uses them.
+            self.operators.node.add_dependency(self.training_cluster.system_nodegroup)
         self.gpu_nodes: GpuNodeGroup | None = None
         self.hyperpod: HyperPodCluster | None = None
         if config.compute == "hyperpod":
@@ -79,9 +95,7 @@ class ClusterStack(cdk.Stack):
             training_cluster=self.training_cluster,
             values=workloads,
             apply_jobs=config.apply_jobs,
-            training_operator_chart=Path(config.training_operator_chart),
-            # In HyperPod mode, PyTorchJob's CRD and operator come with the HyperPod dependencies chart.
-            wait_for=[self.hyperpod_dependencies] if self.hyperpod is not None else None,
+            training_operator=self.operators,
             image_asset=config.image_asset,
         )
         self.observability = self._observability(config, workloads)
@@ -93,6 +107,25 @@ class ClusterStack(cdk.Stack):
             "UpdateKubeconfig",
             value=f"aws eks update-kubeconfig --region {self.region} --name {self.training_cluster.cluster_name}",
         )
+
+    def _allow_lustre_from_cluster_nodes(self, fsx_security_group: ec2.ISecurityGroup) -> None:
+        """Lustre from every node that carries the cluster security group: system nodes (the
+        data-prep Job, the Ray head and Redis mount FSx there), GPU nodes' primary interface, HyperPod.
+
+        The rule lives in this stack: the storage stack comes first and cannot name this group.
+        """
+        cluster_sg = self.training_cluster.cluster_security_group
+        for index, port in enumerate(LUSTRE_PORTS):
+            ec2.CfnSecurityGroupIngress(
+                self,
+                f"LustreFromClusterNodes{index}",
+                group_id=fsx_security_group.security_group_id,
+                source_security_group_id=cluster_sg.security_group_id,
+                ip_protocol="tcp",
+                from_port=port.to_rule_json()["fromPort"],
+                to_port=port.to_rule_json()["toPort"],
+                description="Lustre clients: EKS cluster security group (system, GPU and HyperPod nodes)",
+            )
 
     def _observability(self, config: TrainingConfig, workloads: WorkloadValues) -> TrainingObservability:
         if workloads.fsx is None:
@@ -141,6 +174,7 @@ class ClusterStack(cdk.Stack):
             capacity_reservation_id=config.capacity_reservation_id,
             root_volume_gib=config.gpu_root_volume_gib,
             hugepages_2mib=config.hugepages_2mib,
+            placement_group=config.placement_group,
         )
 
     def _hyperpod(
@@ -149,7 +183,7 @@ class ClusterStack(cdk.Stack):
         groups = [
             HyperPodInstanceGroup(
                 name="gpu",
-                instance_type=f"ml.{config.gpu_instance_type}",
+                instance_type=gpu_instance_type(config),
                 count=config.gpu_nodes,
                 storage_volumes_gib=(config.gpu_root_volume_gib,),
                 deep_health_checks=config.hyperpod_health_checks,
@@ -167,12 +201,6 @@ class ClusterStack(cdk.Stack):
                     gpu=False,
                 )
             )
-        self.hyperpod_dependencies = HyperPodDependencies(
-            self,
-            "HyperPodDependencies",
-            cluster=self.training_cluster.cluster,
-            chart_dir=Path(config.hyperpod_helm_chart),
-        )
         hyperpod = HyperPodCluster(
             self,
             "HyperPod",
@@ -185,6 +213,12 @@ class ClusterStack(cdk.Stack):
             tiered_checkpointing_memory_percent=config.hyperpod_tiered_checkpointing_percent,
             lifecycle_environment={"HUGEPAGES_2MIB": str(config.hugepages_2mib)},
         )
-        # AWS: install the dependencies before the HyperPod cluster joins the EKS cluster.
-        hyperpod.node.add_dependency(self.hyperpod_dependencies)
+        if self.operators is not None:
+            # AWS: install the dependencies before the HyperPod cluster joins the EKS cluster.
+            hyperpod.node.add_dependency(self.operators)
         return hyperpod
+
+
+def gpu_instance_type(config: TrainingConfig) -> str:
+    """The GPU nodes' ``node.kubernetes.io/instance-type``: ``ml.``-prefixed on HyperPod."""
+    return f"ml.{config.gpu_instance_type}" if config.compute == "hyperpod" else config.gpu_instance_type

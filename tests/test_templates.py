@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from llm_infra.config import TrainingConfig
+from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
 
 NETWORK, STORAGE, CLUSTER = "-network", "-storage", "-cluster"
 
@@ -358,15 +359,44 @@ def test_addons_are_pinned_and_fsx_cni_cloudwatch_use_pod_identity(default_app) 
     } <= associations
 
 
-def test_device_plugins_are_pinned_helm_charts_on_the_right_nodes(default_app) -> None:
+def test_device_plugins_are_pinned_helm_charts(default_app) -> None:
+    # Where they land is the scheduling contract's business (test_contracts.py).
     charts = {
         c["Properties"]["Chart"]: c["Properties"]
         for c in default_app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart").values()
     }
     assert set(charts) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kuberay-operator"}
-    assert all(c["Version"] for c in charts.values())
-    assert '"llm-infra.aws/efa":"true"' in charts["aws-efa-k8s-device-plugin"]["Values"]
-    assert '"llm-infra.aws/node-role":"gpu"' in charts["nvidia-device-plugin"]["Values"]
+    assert charts["nvidia-device-plugin"]["Version"] == NVIDIA_DEVICE_PLUGIN.version
+    assert charts["aws-efa-k8s-device-plugin"]["Version"] == EFA_DEVICE_PLUGIN.version
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({}, "create"),
+        ({"gpu_capacity": "capacity-block", "capacity_reservation_id": "cr-0123456789abcdef0"}, None),
+        ({"capacity_reservation_id": "cr-0123456789abcdef0", "gpu_placement_group": "odcr-pg"}, "odcr-pg"),
+        ({"gpu_placement_group": "none"}, None),
+    ],
+)
+def test_placement_group_is_created_given_or_left_out(synth, changes: dict, expected: str | None) -> None:
+    # An ODCR made in a cluster placement group cannot launch into another one: reserved capacity gets
+    # none by default, or the one it was made in.
+    app = synth(TrainingConfig(**changes))
+    (template,) = app.resources(CLUSTER, "AWS::EC2::LaunchTemplate").values()
+    placement = template["Properties"]["LaunchTemplateData"].get("Placement")
+    groups = app.resources(CLUSTER, "AWS::EC2::PlacementGroup")
+    if expected == "create":
+        (group_id,) = groups
+        assert placement == {"GroupName": {"Fn::GetAtt": [group_id, "GroupName"]}}
+    else:
+        assert groups == {}
+        assert placement == (None if expected is None else {"GroupName": expected})
+
+
+def test_bad_placement_group_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="gpu_placement_group: 'bad name' is not allowed; allowed: create, none"):
+        TrainingConfig(gpu_placement_group="bad name").validate()
 
 
 def test_private_endpoint_option(synth) -> None:

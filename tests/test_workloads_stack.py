@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 
-import aws_cdk as cdk
-from aws_cdk.assertions import Annotations, Match
+import pytest
 
-from conftest import FAKE_HYPERPOD_CHART, hyperpod_config
-from llm_infra.config import TrainingConfig
+from conftest import hyperpod_config
+from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
-from llm_infra.stacks.training_app import add_training_stacks
 from llm_infra.versions import TOKENIZERS_VERSION
 
 CLUSTER = "-cluster"
@@ -37,11 +35,11 @@ def kinds(resource: dict) -> list[str]:
     )
 
 
-def test_platform_charts_are_applied_jobs_are_not_by_default(default_app) -> None:
+def test_platform_charts_are_applied_jobs_and_ray_are_not_by_default(default_app) -> None:
     applied = manifests(default_app)
-    assert set(applied) == {"base", "fsxstorage", "kuberay", "nodemonitoring"}
+    assert set(applied) == {"base", "fsxstorage", "nodemonitoring"}  # nothing that holds a GPU
     base_id = [k for k in default_app.resources(CLUSTER, MANIFEST) if k.startswith("EksClusterChartbase")][0]
-    for name in ("fsxstorage", "kuberay", "nodemonitoring"):
+    for name in ("fsxstorage", "nodemonitoring"):
         assert base_id in applied[name]["DependsOn"]  # the namespace exists first
 
 
@@ -51,44 +49,74 @@ def test_fsx_ids_cross_from_the_storage_stack_as_tokens(default_app) -> None:
     assert "LustreMountName" in manifest and ".fsx." in manifest
 
 
-def test_kuberay_operator_is_pinned_and_installed_before_the_cluster(default_app) -> None:
+def test_kuberay_operator_is_pinned_and_installed_after_the_system_nodes(default_app) -> None:
     charts = default_app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart")
     (operator_id,) = [k for k, v in charts.items() if v["Properties"].get("Chart") == "kuberay-operator"]
     assert charts[operator_id]["Properties"]["Version"] == "1.7.0"
     assert charts[operator_id]["Properties"]["Repository"] == "https://ray-project.github.io/kuberay-helm/"
-    assert operator_id in manifests(default_app)["kuberay"]["DependsOn"]
+    (system_nodes,) = [
+        k
+        for k, v in default_app.resources(CLUSTER, "AWS::EKS::Nodegroup").items()
+        if v["Properties"]["Labels"]["llm-infra.aws/node-role"] == "system"
+    ]
+    for chart in charts.values():  # every Helm release (its pods, Helm's wait) needs the system nodes
+        assert system_nodes in chart["DependsOn"]
 
 
-def test_apply_jobs_adds_validation_and_training(synth) -> None:
-    app = synth(TrainingConfig(apply_jobs=True, training_operator_chart=str(FAKE_HYPERPOD_CHART)))
+@pytest.mark.parametrize("compute", ["eks", "hyperpod"])
+def test_apply_jobs_adds_validation_and_training_after_the_operator(synth, compute: str) -> None:
+    app = synth(TrainingConfig(compute=compute, apply_jobs=True))
     applied = manifests(app)
-    assert set(applied) == {"base", "fsxstorage", "kuberay", "nodemonitoring", "validation", "trainingjob"}
-    charts = app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart")
-    (operator_id,) = [k for k, v in charts.items() if v["Properties"].get("Release") == "training-operators"]
+    assert set(applied) == {"base", "fsxstorage", "nodemonitoring", "validation", "trainingjob"}
+    (operators_id,) = app.resources(CLUSTER, "AWS::CloudFormation::Stack")
     for name in ("validation", "trainingjob"):
-        assert operator_id in applied[name]["DependsOn"]
+        assert operators_id in applied[name]["DependsOn"]
 
 
-def test_hyperpod_workloads_wait_for_the_hyperpod_dependencies(synth) -> None:
-    app = synth(hyperpod_config())
-    charts = app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart")
-    assert not any(v["Properties"].get("Release") == "training-operators" for v in charts.values())
-    (dependencies,) = [k for k, v in charts.items() if v["Properties"].get("Release") == "hyperpod-dependencies"]
-    assert all(dependencies in m["DependsOn"] for m in manifests(app).values())
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"endpoint_access": "private"},
+            "operators: aws-helm-stack installs from a Lambda outside the VPC and needs the public API endpoint",
+        ),
+        (
+            {"operators": "none", "apply_jobs": True},
+            "apply_jobs: the jobs are PyTorchJobs and operators=none installs no training operator",
+        ),
+        ({"operators": "helm"}, "operators: 'helm' is not allowed; allowed: aws-helm-stack, none"),
+    ],
+)
+def test_operator_source_errors_name_the_key(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        TrainingConfig(**changes).validate()
+    assert message in str(err.value)
 
 
-def test_missing_training_operator_chart_is_a_warning(tmp_path) -> None:
-    app = cdk.App(outdir=str(tmp_path))
-    stacks = add_training_stacks(app, TrainingConfig(training_operator_chart=str(tmp_path / "none")), nag=False)
-    Annotations.from_stack(stacks.cluster).has_warning(
-        "*", Match.string_like_regexp("need the Kubeflow training operator")
-    )
+def test_operators_none_installs_no_operator_stack(synth) -> None:
+    app = synth(TrainingConfig(operators="none", endpoint_access="private"))
+    assert app.resources(CLUSTER, "AWS::CloudFormation::Stack") == {}
+
+
+def test_hyperpod_operators_differ_from_plain_eks_only_by_hyperpod_components(synth, default_app) -> None:
+    def switches(app) -> dict[str, str]:
+        (stack,) = app.resources(CLUSTER, "AWS::CloudFormation::Stack").values()
+        return dict(pair.split("=") for pair in stack["Properties"]["Parameters"]["HelmOperators"].split(","))
+
+    eks, hyperpod = switches(default_app), switches(synth(hyperpod_config()))
+    assert {k for k in eks if eks[k] != hyperpod[k]} == {
+        "health-monitoring-agent.enabled",
+        "deep-health-check.enabled",
+        "job-auto-restart.enabled",
+        "hyperpod-patching.enabled",
+    }
+    assert eks["trainingOperators.enabled"] == "true"
 
 
 def test_optional_image_asset_bakes_in_the_payload_and_ray(synth) -> None:
     app = synth(TrainingConfig(image_asset=True))
-    manifest = json.dumps(manifests(app)["kuberay"]["Properties"]["Manifest"])
-    assert "container-assets-" in manifest  # the workers run the image that deploy builds and pushes
+    manifest = json.dumps(manifests(app)["nodemonitoring"]["Properties"]["Manifest"])
+    assert "container-assets-" in manifest  # the pods run the image that deploy builds and pushes
     (staged,) = [p for p in app.outdir.glob("asset.*") if (p / "Dockerfile").is_file()]
     assert sorted(p.name for p in staged.iterdir() if p.suffix == ".py") == sorted(
         p.name for p in WORKLOADS_DIR.glob("*.py")
