@@ -1,7 +1,7 @@
 """GPU instance profiles: the facts the constructs and charts derive NICs, GPUs and EFA from.
 
-Network-card counts and EFA support follow the EC2 instance-type documentation
-(``aws ec2 describe-instance-types --query 'InstanceTypes[].NetworkInfo'``).
+Network-card counts, EFA support, vCPUs and memory follow the EC2 instance-type documentation
+(``aws ec2 describe-instance-types --query 'InstanceTypes[].[VCpuInfo,MemoryInfo,NetworkInfo]'``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ class InstanceProfile:
     default_efa_layout: EfaLayout
     # The all-reduce gate: minimum bus bandwidth (GB/s) at 2 GiB across 2+ nodes.
     allreduce_busbw_gbps: float
+    vcpus: int  # with two threads per core; HyperPod's ThreadsPerCore=1 halves it
+    memory_gib: int
 
     @property
     def efa_supported(self) -> bool:
@@ -48,17 +50,17 @@ class InstanceProfile:
 
 
 _PROFILES = [
-    InstanceProfile("p4d.24xlarge", 8, "A100-40GB", 40, 4, 4, EfaLayout.EFA_LEGACY, 40),
-    InstanceProfile("p4de.24xlarge", 8, "A100-80GB", 80, 4, 4, EfaLayout.EFA_LEGACY, 40),
-    InstanceProfile("p5.48xlarge", 8, "H100", 80, 32, 32, EfaLayout.EFA_ONLY, 375),
-    InstanceProfile("p5e.48xlarge", 8, "H200", 141, 32, 32, EfaLayout.EFA_ONLY, 375),
-    InstanceProfile("p5en.48xlarge", 8, "H200", 141, 16, 16, EfaLayout.EFA_ONLY, 375),
-    InstanceProfile("g5.12xlarge", 4, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8),
-    InstanceProfile("g5.48xlarge", 8, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8),
-    InstanceProfile("g5.2xlarge", 1, "A10G", 24, 1, 0, EfaLayout.EFA_LEGACY, 1),
-    InstanceProfile("g6e.12xlarge", 4, "L40S", 48, 1, 1, EfaLayout.EFA_ONLY, 8),
-    InstanceProfile("g6e.48xlarge", 8, "L40S", 48, 4, 4, EfaLayout.EFA_ONLY, 40),
-    InstanceProfile("g6e.2xlarge", 1, "L40S", 48, 1, 0, EfaLayout.EFA_ONLY, 1),
+    InstanceProfile("p4d.24xlarge", 8, "A100-40GB", 40, 4, 4, EfaLayout.EFA_LEGACY, 40, 96, 1152),
+    InstanceProfile("p4de.24xlarge", 8, "A100-80GB", 80, 4, 4, EfaLayout.EFA_LEGACY, 40, 96, 1152),
+    InstanceProfile("p5.48xlarge", 8, "H100", 80, 32, 32, EfaLayout.EFA_ONLY, 375, 192, 2048),
+    InstanceProfile("p5e.48xlarge", 8, "H200", 141, 32, 32, EfaLayout.EFA_ONLY, 375, 192, 2048),
+    InstanceProfile("p5en.48xlarge", 8, "H200", 141, 16, 16, EfaLayout.EFA_ONLY, 375, 192, 2048),
+    InstanceProfile("g5.12xlarge", 4, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8, 48, 192),
+    InstanceProfile("g5.48xlarge", 8, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8, 192, 768),
+    InstanceProfile("g5.2xlarge", 1, "A10G", 24, 1, 0, EfaLayout.EFA_LEGACY, 1, 8, 32),
+    InstanceProfile("g6e.12xlarge", 4, "L40S", 48, 1, 1, EfaLayout.EFA_ONLY, 8, 48, 384),
+    InstanceProfile("g6e.48xlarge", 8, "L40S", 48, 4, 4, EfaLayout.EFA_ONLY, 40, 192, 1536),
+    InstanceProfile("g6e.2xlarge", 1, "L40S", 48, 1, 0, EfaLayout.EFA_ONLY, 1, 8, 64),
 ]
 
 INSTANCE_PROFILES: dict[str, InstanceProfile] = {p.instance_type: p for p in _PROFILES}

@@ -1,0 +1,284 @@
+"""Contracts with the components we do not write, checked on the synthesized templates and manifests:
+where the pinned charts' pods land (their upstream defaults merged with our values), whether every
+pod applied at deploy and every on-demand job fits the node inventory the templates create, whether
+FSx and EFA traffic is admitted between the nodes that need it, and whether every custom resource
+kind we use has its operator installed, in time. Models: ``upstream_charts.py``, ``cluster_model.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_model import (
+    EFA,
+    GPU,
+    Node,
+    Templates,
+    Unschedulable,
+    admission_problem,
+    applied_objects,
+    custom_kind,
+    nodes,
+    pod_templates,
+    schedule,
+    yaml_objects,
+)
+from upstream_charts import PodTemplate, chart_model, hyperpod_chart
+
+from conftest import hyperpod_config
+from llm_infra.config import TrainingConfig
+from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
+from llm_infra.k8s_manifests.render import write_dist
+
+CONFIGS = {"eks": TrainingConfig(), "hyperpod": hyperpod_config()}
+OUTPUTS = {"llm-infra-storage": {"FileSystemId": "fs-0", "FileSystemDnsName": "fs-0.fsx", "FileSystemMountName": "m"}}
+LUSTRE_TCP_PORTS = [p.to_rule_json() for p in LUSTRE_PORTS]
+
+
+class Deployment:
+    """One compute mode as deployed: templates, nodes, what deploy applies, what users apply later."""
+
+    def __init__(self, app, config: TrainingConfig, dist_dir: Path) -> None:
+        self.templates = Templates(app.templates)
+        self.config = config
+        env_files = [p / "lifecycle.env" for p in app.outdir.glob("asset.*") if (p / "lifecycle.env").is_file()]
+        settings = dict(line.split("=", 1) for f in env_files for line in f.read_text().splitlines())
+        self.hyperpod_hugepages_mib = 2 * int(settings.get("HUGEPAGES_2MIB", 0))
+        dist_dir.mkdir(parents=True, exist_ok=True)
+        outputs = dist_dir / "cdk-outputs.json"
+        outputs.write_text(json.dumps(OUTPUTS))
+        self.dist = {p.name.removesuffix(".k8s.yaml"): p for p in write_dist(config, dist_dir, outputs_file=outputs)}
+
+    def nodes(self) -> list[Node]:
+        return nodes(self.templates, hyperpod_hugepages_mib=self.hyperpod_hugepages_mib)
+
+    def helm_pods(self) -> list[PodTemplate]:
+        pods = []
+        for _, _, chart in self.templates.resources("Custom::AWSCDK-EKS-HelmChart"):
+            props = chart["Properties"]
+            pods += chart_model(props["Chart"], props["Version"]).render(json.loads(props.get("Values", "{}")))
+        for _, _, stack in self.templates.resources("AWS::CloudFormation::Stack"):
+            pods += hyperpod_chart(switches(stack))[0]
+        return pods
+
+    def deploy_pods(self) -> list[PodTemplate]:
+        applied = [p for _, _, obj in applied_objects(self.templates) for p in pod_templates(obj)]
+        return self.helm_pods() + applied
+
+    def on_demand(self, name: str) -> list[PodTemplate]:
+        return [p for obj in yaml_objects([self.dist[name]]) for p in pod_templates(obj)]
+
+
+def switches(stack: dict[str, Any]) -> dict[str, bool]:
+    pairs = stack["Properties"]["Parameters"]["HelmOperators"].split(",")
+    return {key: value == "true" for key, value in (pair.split("=") for pair in pairs)}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def deployed(request, synth, tmp_path_factory) -> Deployment:
+    config = CONFIGS[request.param]
+    return Deployment(synth(config), config, tmp_path_factory.mktemp(f"dist-{request.param}"))
+
+
+def gpu_nodes(cluster: list[Node]) -> list[Node]:
+    return [n for n in cluster if n.gpus]
+
+
+# ---- device plugins and what deploy applies ---------------------------------------------------
+def test_device_plugins_land_on_every_node_they_serve(deployed: Deployment) -> None:
+    cluster = deployed.nodes()
+    placed = schedule(deployed.deploy_pods(), cluster)
+    assert gpu_nodes(cluster), "the template creates GPU nodes"
+    assert placed["nvidia-device-plugin"] == [n.name for n in gpu_nodes(cluster)]
+    assert placed["aws-efa-k8s-device-plugin"] == [n.name for n in cluster if n.efa_devices]
+    for node in gpu_nodes(cluster):  # what the kubelet then advertises
+        assert node.gpus == deployed.config.gpu_profile.gpus
+        assert node.efa_devices == deployed.config.gpu_profile.efa_interfaces
+
+
+def test_everything_applied_at_deploy_fits_and_holds_no_gpu(deployed: Deployment) -> None:
+    cluster = deployed.nodes()
+    placed = schedule(deployed.deploy_pods(), cluster)
+    assert placed["kuberay-operator"] and placed["training-operator"]
+    assert all(n.used.get(GPU, 0) == 0 and n.used.get(EFA, 0) == 0 for n in cluster)
+
+
+ON_DEMAND = {
+    "validation-1-health": ("validation", "Job/validation-1-health"),
+    "validation-2-allreduce": ("validation", "PyTorchJob/validation-2-allreduce"),
+    "validation-3-training": ("validation", "PyTorchJob/validation-3-training"),
+    "training-job": ("training-job", "PyTorchJob/train"),
+    "recipe-data-prep": ("llama2-7b-1-data-prep", ""),
+    "recipe-train": ("llama2-7b-2-train", ""),
+    "ray": ("kuberay", ""),
+}
+
+
+@pytest.mark.parametrize("job", list(ON_DEMAND))
+def test_each_on_demand_job_fits_beside_what_deploy_applied(deployed: Deployment, job: str) -> None:
+    file, prefix = ON_DEMAND[job]
+    pods = [p for p in deployed.on_demand(file) if p.name.startswith(prefix)]
+    assert pods, f"{job}: no pods in {file}"
+    cluster = deployed.nodes()
+    schedule(deployed.deploy_pods(), cluster)
+    placed = schedule(pods, cluster)
+    for pod in pods:  # a GPU job takes whole nodes: one pod per GPU node, every GPU
+        if pod.spec["containers"][0]["resources"].get("requests", {}).get(GPU):
+            assert len(set(placed[pod.name])) == pod.replicas
+
+
+# ---- the defects these models exist for (regressions, through the same models) ----------------
+def test_the_nvidia_charts_default_affinity_matches_none_of_our_nodes(deployed: Deployment) -> None:
+    # Only a nodeSelector on our label (the first version's values) keeps the chart's default affinity
+    # (NFD or nvidia.com/gpu.present labels), which EKS and HyperPod nodes do not carry.
+    (plugin, _) = chart_model("nvidia-device-plugin", "0.18.2").render(
+        {"nodeSelector": {"llm-infra.aws/node-role": "gpu"}}
+    )
+    assert all(admission_problem(n, plugin.spec) for n in deployed.nodes())
+
+
+def test_the_efa_charts_default_instance_list_misses_hyperpod_nodes() -> None:
+    deployed_nodes = [n for n in nodes(Templates(_hyperpod_templates())) if n.efa_devices]
+    (plugin,) = chart_model("aws-efa-k8s-device-plugin", "v0.5.21").render(
+        {"nodeSelector": {"llm-infra.aws/efa": "true"}}
+    )
+    assert deployed_nodes and all(admission_problem(n, plugin.spec) for n in deployed_nodes)
+
+
+def test_a_raycluster_applied_at_deploy_would_starve_the_validation_jobs(deployed: Deployment) -> None:
+    cluster = deployed.nodes()
+    schedule(deployed.deploy_pods() + deployed.on_demand("kuberay"), cluster)
+    health = [p for p in deployed.on_demand("validation") if p.name == "Job/validation-1-health"]
+    with pytest.raises(Unschedulable, match="nvidia.com/gpu"):
+        schedule(health, cluster)
+
+
+_HYPERPOD: dict[str, Any] = {}
+
+
+def _hyperpod_templates() -> dict[str, Any]:
+    return _HYPERPOD["templates"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _keep_hyperpod_templates(synth) -> None:
+    _HYPERPOD["templates"] = synth(CONFIGS["hyperpod"]).templates
+
+
+# ---- reachability ----------------------------------------------------------------------------
+def _rules(templates: Templates, group: str, direction: str) -> list[dict[str, Any]]:
+    """Every ``Ingress`` or ``Egress`` rule of ``group``, inline and standalone, peers resolved."""
+    peer_key = "SourceSecurityGroupId" if direction == "Ingress" else "DestinationSecurityGroupId"
+    rules = []
+    for stack, logical_id, resource in templates.resources("AWS::EC2::SecurityGroup"):
+        if f"{stack}/{logical_id}.GroupId" == group:
+            for rule in resource["Properties"].get(f"SecurityGroup{direction}", []):
+                rules.append({**rule, "peer": templates.identity(stack, rule.get(peer_key, ""))})
+    for stack, _, resource in templates.resources(f"AWS::EC2::SecurityGroup{direction}"):
+        props = resource["Properties"]
+        if templates.identity(stack, props["GroupId"]) == group:
+            rules.append({**props, "peer": templates.identity(stack, props.get(peer_key, ""))})
+    return rules
+
+
+def _admitted(rules: list[dict[str, Any]], port: dict[str, Any]) -> set[str]:
+    """The peers that ``rules`` allow on ``port``."""
+    return {
+        r["peer"]
+        for r in rules
+        if r["IpProtocol"] == "-1"
+        or (r["IpProtocol"] == "tcp" and r["FromPort"] <= port["fromPort"] and port["toPort"] <= r["ToPort"])
+    }
+
+
+def test_every_pod_that_mounts_fsx_runs_only_where_lustre_is_admitted(deployed: Deployment) -> None:
+    templates = deployed.templates
+    (fsx_group,) = [
+        f"{stack}/{logical_id}.GroupId"
+        for stack, logical_id, _ in templates.resources("AWS::EC2::SecurityGroup")
+        if "Lustre" in logical_id
+    ]
+    rules = _rules(templates, fsx_group, "Ingress")
+    cluster = deployed.nodes()
+    pods = deployed.deploy_pods() + [p for name in deployed.dist for p in deployed.on_demand(name)]
+    mounting = [
+        p
+        for p in pods
+        if any((v.get("persistentVolumeClaim") or {}).get("claimName") == "fsx-data" for v in p.spec.get("volumes", []))
+    ]
+    assert {p.name.split("/")[1] for p in mounting} >= {"ray", "ray-gcs-redis", "validation-1-health", "train"}
+    for pod in mounting:
+        candidates = [n for n in cluster if admission_problem(n, pod.spec) is None]
+        assert candidates, f"{pod.name} has no node"
+        for node in candidates:
+            for port in LUSTRE_TCP_PORTS:
+                assert node.security_groups & _admitted(rules, port), (
+                    f"{pod.name} may run on {node.name}, whose groups the FSx group does not admit on TCP {port}"
+                )
+
+
+def test_gpu_nodes_reach_each_other_over_the_efa_group(deployed: Deployment) -> None:
+    # Security groups add up: EFA traffic flows when a group on every EFA interface allows all traffic
+    # from and to itself (the EFA requirement).
+    templates = deployed.templates
+    every_port = {"fromPort": 0, "toPort": 65535}
+
+    def self_admitting(group: str) -> bool:
+        return group in _admitted(_rules(templates, group, "Ingress"), every_port) and group in _admitted(
+            _rules(templates, group, "Egress"), every_port
+        )
+
+    for node in gpu_nodes(deployed.nodes()):
+        assert node.efa_security_groups, f"{node.name}: no group on its EFA interfaces"
+        assert any(self_admitting(g) for g in node.efa_security_groups), f"{node.name}: EFA peers not admitted"
+
+
+# ---- operators -------------------------------------------------------------------------------
+def _installers(templates: Templates) -> dict[tuple[str, str], tuple[str, str]]:
+    """Custom resource kind -> (stack, logical id) of the resource that installs its CRD."""
+    found = {}
+    for stack, logical_id, chart in templates.resources("Custom::AWSCDK-EKS-HelmChart"):
+        props = chart["Properties"]
+        for kind in chart_model(props["Chart"], props["Version"]).crds:
+            found[kind] = (stack, logical_id)
+    for stack, logical_id, nested in templates.resources("AWS::CloudFormation::Stack"):
+        for kind in hyperpod_chart(switches(nested))[1]:
+            found[kind] = (stack, logical_id)
+    return found
+
+
+@pytest.mark.parametrize("apply_jobs", [False, True])
+def test_every_custom_kind_has_its_operator_installed_first(synth, tmp_path, apply_jobs: bool) -> None:
+    for compute, config in CONFIGS.items():
+        config = config.with_(apply_jobs=apply_jobs)
+        deployed = Deployment(synth(config), config, tmp_path / compute)
+        installers = _installers(deployed.templates)
+        for stack, logical_id, obj in applied_objects(deployed.templates):
+            kind = custom_kind(obj)
+            if kind is not None:
+                assert kind in installers, f"{compute}: {kind} is applied but nothing installs it"
+                assert installers[kind][1] in deployed.templates.depends_on(stack, logical_id), (
+                    f"{compute}: {logical_id} ({kind[1]}) may be applied before its CRD exists"
+                )
+        rendered = {custom_kind(obj) for obj in yaml_objects(deployed.dist.values())} - {None}
+        assert rendered <= set(installers), f"{compute}: no operator for {rendered - set(installers)}"
+        assert {("kubeflow.org", "PyTorchJob"), ("ray.io", "RayCluster"), ("ray.io", "RayJob")} <= rendered
+
+
+def test_without_operators_nothing_installs_pytorchjob(synth) -> None:
+    app = synth(TrainingConfig(operators="none", endpoint_access="private"))
+    assert ("kubeflow.org", "PyTorchJob") not in _installers(Templates(app.templates))
+
+
+def test_the_model_merges_values_like_helm() -> None:
+    # Maps merge, lists are replaced, null deletes: the semantics the device-plugin values rely on.
+    from upstream_charts import NVIDIA_DEFAULTS, helm_coalesce
+
+    ours = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}
+    merged = helm_coalesce(NVIDIA_DEFAULTS, copy.deepcopy(ours))
+    assert merged["affinity"] == ours["affinity"] and merged["tolerations"] == NVIDIA_DEFAULTS["tolerations"]
+    assert "affinity" not in helm_coalesce(NVIDIA_DEFAULTS, {"affinity": None})
