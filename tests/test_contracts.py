@@ -141,8 +141,8 @@ def test_the_nvidia_charts_default_affinity_matches_none_of_our_nodes(deployed: 
     assert all(admission_problem(n, plugin.spec) for n in deployed.nodes())
 
 
-def test_the_efa_charts_default_instance_list_misses_hyperpod_nodes() -> None:
-    deployed_nodes = [n for n in nodes(Templates(_hyperpod_templates())) if n.efa_devices]
+def test_the_efa_charts_default_instance_list_misses_hyperpod_nodes(synth) -> None:
+    deployed_nodes = [n for n in nodes(Templates(synth(CONFIGS["hyperpod"]).templates)) if n.efa_devices]
     (plugin,) = chart_model("aws-efa-k8s-device-plugin", "v0.5.21").render(
         {"nodeSelector": {"llm-infra.aws/efa": "true"}}
     )
@@ -155,18 +155,6 @@ def test_a_raycluster_applied_at_deploy_would_starve_the_validation_jobs(deploye
     health = [p for p in deployed.on_demand("validation") if p.name == "Job/validation-1-health"]
     with pytest.raises(Unschedulable, match="nvidia.com/gpu"):
         schedule(health, cluster)
-
-
-_HYPERPOD: dict[str, Any] = {}
-
-
-def _hyperpod_templates() -> dict[str, Any]:
-    return _HYPERPOD["templates"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _keep_hyperpod_templates(synth) -> None:
-    _HYPERPOD["templates"] = synth(CONFIGS["hyperpod"]).templates
 
 
 # ---- reachability ----------------------------------------------------------------------------
