@@ -18,8 +18,7 @@ from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.validation_chart import ValidationChart
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 
-# Charts that set the cluster up (no GPU held); the job charts start PyTorchJobs on every GPU node.
-PLATFORM_CHARTS = ("base", "fsx-storage", "node-monitoring")
+# The charts that start PyTorchJobs on every GPU node (the rest set the cluster up and hold no GPU).
 JOB_CHARTS = ("validation", "training-job")
 
 
