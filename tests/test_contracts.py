@@ -27,7 +27,7 @@ from cluster_model import (
     schedule,
     yaml_objects,
 )
-from upstream_charts import PodTemplate, chart_model, hyperpod_chart
+from upstream_charts import PodTemplate, addon_pods, chart_model, hyperpod_chart
 
 from conftest import hyperpod_config
 from llm_infra.config import TrainingConfig
@@ -57,7 +57,12 @@ class Deployment:
         return nodes(self.templates, hyperpod_hugepages_mib=self.hyperpod_hugepages_mib)
 
     def helm_pods(self) -> list[PodTemplate]:
-        pods = []
+        """The pods of every EKS add-on, pinned Helm chart and AWS's HyperPod chart the stack installs."""
+        pods = [
+            pod
+            for _, _, addon in self.templates.resources("AWS::EKS::Addon")
+            for pod in addon_pods(addon["Properties"]["AddonName"], addon["Properties"]["AddonVersion"])
+        ]
         for _, _, chart in self.templates.resources("Custom::AWSCDK-EKS-HelmChart"):
             props = chart["Properties"]
             pods += chart_model(props["Chart"], props["Version"]).render(json.loads(props.get("Values", "{}")))
@@ -103,7 +108,7 @@ def test_device_plugins_land_on_every_node_they_serve(deployed: Deployment) -> N
 def test_everything_applied_at_deploy_fits_and_holds_no_gpu(deployed: Deployment) -> None:
     cluster = deployed.nodes()
     placed = schedule(deployed.deploy_pods(), cluster)
-    assert placed["kuberay-operator"] and placed["training-operator"]
+    assert placed["kuberay-operator"] and placed["training-operator"] and len(placed["coredns"]) == 2
     assert all(n.used.get(GPU, 0) == 0 and n.used.get(EFA, 0) == 0 for n in cluster)
 
 
@@ -199,10 +204,12 @@ def test_every_pod_that_mounts_fsx_runs_only_where_lustre_is_admitted(deployed: 
         if any((v.get("persistentVolumeClaim") or {}).get("claimName") == "fsx-data" for v in p.spec.get("volumes", []))
     ]
     assert {p.name.split("/")[1] for p in mounting} >= {"ray", "ray-gcs-redis", "validation-1-health", "train"}
+    (csi_node,) = [p for p in pods if p.name == "fsx-csi-node"]
     for pod in mounting:
         candidates = [n for n in cluster if admission_problem(n, pod.spec) is None]
         assert candidates, f"{pod.name} has no node"
         for node in candidates:
+            assert admission_problem(node, csi_node.spec) is None, f"{pod.name} may run on {node.name}: no FSx CSI node"
             for port in LUSTRE_TCP_PORTS:
                 assert node.security_groups & _admitted(rules, port), (
                     f"{pod.name} may run on {node.name}, whose groups the FSx group does not admit on TCP {port}"

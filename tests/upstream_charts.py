@@ -258,3 +258,112 @@ def hyperpod_chart(switches: Mapping[str, bool]) -> tuple[list[PodTemplate], fro
         spec = _pod(affinity=affinity, tolerations=tolerations, requests={"cpu": "500m", "memory": "512Mi"})
         pods.append(PodTemplate("health-monitoring-agent", spec, daemon=True))
     return pods, frozenset(crds)
+
+
+# ---- EKS add-ons: the pods each runs (the add-on build is made from this upstream source) ----------
+TOLERATE_ALL = [{"operator": "Exists"}]
+NOT_FARGATE = {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["fargate"]}
+LINUX_NODES = [
+    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+    {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]},
+]
+
+
+def _required(*expressions: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]
+            }
+        }
+    }
+
+
+def _vpc_cni() -> list[PodTemplate]:
+    # amazon-vpc-cni-k8s v1.20.4 charts/aws-vpc-cni: aws-node (+ node agent) 25m each, init 25m.
+    not_elsewhere = {**NOT_FARGATE, "values": ["fargate", "hybrid", "auto"]}
+    spec = _pod(affinity=_required(*LINUX_NODES, not_elsewhere), tolerations=TOLERATE_ALL, requests={"cpu": "50m"})
+    return [PodTemplate("aws-node", spec, daemon=True)]
+
+
+def _coredns() -> list[PodTemplate]:
+    # EKS's CoreDNS manifest (eksctl's copy of the EKS default, image v1.12.4-eksbuild.1): 2 replicas.
+    tolerations = [
+        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+        CRITICAL_ADDONS_ONLY,
+    ]
+    spec = _pod(affinity=_required(*LINUX_NODES), tolerations=tolerations, requests={"cpu": "100m", "memory": "70Mi"})
+    return [PodTemplate("coredns", spec, replicas=2)]
+
+
+def _kube_proxy() -> list[PodTemplate]:
+    # EKS's kube-proxy DaemonSet (eksctl's dump of an EKS cluster; read at a 1.25 build): 100m.
+    spec = _pod(affinity=_required(*LINUX_NODES, NOT_FARGATE), tolerations=TOLERATE_ALL, requests={"cpu": "100m"})
+    return [PodTemplate("kube-proxy", spec, daemon=True)]
+
+
+def _pod_identity_agent() -> list[PodTemplate]:
+    # aws/eks-pod-identity-agent v0.1.37 charts/eks-pod-identity-agent: no requests.
+    not_elsewhere = {**NOT_FARGATE, "values": ["fargate", "hybrid", "auto"]}
+    spec = _pod(affinity=_required(*LINUX_NODES, not_elsewhere), tolerations=TOLERATE_ALL)
+    return [PodTemplate("eks-pod-identity-agent", spec, daemon=True)]
+
+
+def _fsx_csi_driver() -> list[PodTemplate]:
+    # kubernetes-sigs/aws-fsx-csi-driver v1.7.0 charts/aws-fsx-csi-driver: the node plugin tolerates every
+    # taint (tolerateAllTaints: true), so it runs wherever a pod may mount FSx.
+    linux = {"kubernetes.io/os": "linux"}
+    node = _pod(affinity=_required(NOT_FARGATE), node_selector=linux, tolerations=TOLERATE_ALL)
+    node["containers"][0]["resources"]["requests"] = {"cpu": "30m", "memory": "104Mi"}
+    controller = _pod(
+        node_selector=linux,
+        tolerations=[CRITICAL_ADDONS_ONLY, {"effect": "NoExecute", "operator": "Exists", "tolerationSeconds": 300}],
+        requests={"cpu": "40m", "memory": "136Mi"},
+    )
+    return [PodTemplate("fsx-csi-node", node, daemon=True), PodTemplate("fsx-csi-controller", controller, replicas=2)]
+
+
+def _cloudwatch_observability() -> list[PodTemplate]:
+    # aws-observability/helm-charts amazon-cloudwatch-observability 4.6.0 (operator 3.3.0): the agent and
+    # Fluent Bit on every node, the DCGM exporter on NVIDIA instance types (plain and ml., ours included),
+    # the operator without tolerations.
+    linux = {"kubernetes.io/os": "linux"}
+    gpu_types = [name for profile in INSTANCE_PROFILES for name in (profile, f"ml.{profile}")]
+    instance_type = {"key": HYPERPOD_INSTANCE_TYPE_TERM, "operator": "In", "values": gpu_types}
+
+    def daemon(name: str, requests: dict[str, str], *expressions: dict[str, Any]) -> PodTemplate:
+        spec = _pod(
+            affinity=_required(*expressions, NOT_FARGATE),
+            node_selector=linux,
+            tolerations=TOLERATE_ALL,
+            requests=requests,
+        )
+        return PodTemplate(name, spec, daemon=True)
+
+    return [
+        daemon("cloudwatch-agent", {"cpu": "250m", "memory": "128Mi"}),
+        daemon("fluent-bit", {"cpu": "50m", "memory": "25Mi"}),
+        daemon("dcgm-exporter", {"cpu": "250m", "memory": "128Mi"}, instance_type),
+        PodTemplate("cloudwatch-operator", _pod(node_selector=linux, requests={"cpu": "100m", "memory": "64Mi"})),
+    ]
+
+
+# add-on name -> (the version prefix the model was read at, its pods)
+EKS_ADDONS: dict[str, tuple[str, Callable[[], list[PodTemplate]]]] = {
+    "vpc-cni": ("v1.20", _vpc_cni),
+    "coredns": ("v1.12", _coredns),
+    "kube-proxy": ("v1.", _kube_proxy),
+    "eks-pod-identity-agent": ("v1.3", _pod_identity_agent),
+    "aws-fsx-csi-driver": ("v1.7", _fsx_csi_driver),
+    "amazon-cloudwatch-observability": ("v4.6", _cloudwatch_observability),
+}
+
+
+def addon_pods(name: str, version: str) -> list[PodTemplate]:
+    read_at, render = EKS_ADDONS.get(name, ("", None))
+    if render is None or not version.startswith(read_at):
+        raise AssertionError(
+            f"no contract model for EKS add-on {name} {version}: read its upstream chart or manifest at that "
+            "version and add one to tests/upstream_charts.py"
+        )
+    return render()
