@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
 import torch
+import torch.distributed as dist
+
+# torchrun SIGKILLs its workers this long after forwarding SIGTERM (hard-coded in older torch;
+# `--shutdown-timeout` / TORCH_ELASTIC_SHUTDOWN_TIMEOUT where LaunchConfig has `shutdown_timeout`).
+TORCHRUN_DEFAULT_SHUTDOWN_SECONDS = 30.0
 
 
 def device_and_backend() -> tuple[torch.device, str]:
@@ -30,3 +37,27 @@ def exit_process(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def reduce_numbers(
+    values: Sequence[float],
+    device: torch.device,
+    op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
+) -> list[float]:
+    """All-reduce a few numbers over the default group, in a tensor on the training device.
+
+    NCCL takes device tensors only ("No backend type associated with device type cpu"); gloo takes
+    both, so a CPU run cannot tell. Every small collective of the payload goes through here.
+    """
+    tensor = torch.tensor(list(values), dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=op)
+    return [float(v) for v in tensor.tolist()]
+
+
+def shutdown_budget_seconds() -> float:
+    """Seconds between torchrun forwarding SIGTERM and its SIGKILL of this worker."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    configurable = any(f.name == "shutdown_timeout" for f in dataclasses.fields(LaunchConfig))
+    value = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+    return float(value) if configurable and value else TORCHRUN_DEFAULT_SHUTDOWN_SECONDS

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from accelerator import device_and_backend, exit_process
+from accelerator import device_and_backend, exit_process, reduce_numbers
 
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -44,9 +44,9 @@ def measure(size_bytes: int, device: torch.device, warmup: int, iters: int) -> f
     for _ in range(iters):
         dist.all_reduce(tensor)
     _sync(device)
-    elapsed = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
-    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank defines the collective
-    return elapsed.item() / iters
+    # The slowest rank defines the collective.
+    (elapsed,) = reduce_numbers([time.perf_counter() - started], device, dist.ReduceOp.MAX)
+    return elapsed / iters
 
 
 def _sync(device: torch.device) -> None:

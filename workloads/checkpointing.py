@@ -2,14 +2,16 @@
 
 Layout under ``checkpoint_dir``::
 
-    step-00000040/      a committed checkpoint: DCP shards + .metadata, rank-<r>.pt, COMMITTED
+    step-00000040/      a committed checkpoint: DCP shards + .metadata, COMMITTED (step, world size)
     .tmp-step-00000060/ a save in progress (ignored on load, removed on the next start)
     latest              "step-00000040", replaced atomically after each commit
 
 A save writes into ``.tmp-step-N``; when every rank has finished its shards (for an async save:
-when every rank's write is durable), rank 0 writes ``COMMITTED`` last and renames the folder, then
-moves ``latest``. A load takes the newest committed checkpoint that every rank can read and falls
-back to the previous one, with a warning, when it is corrupt. Imports only torch and stdlib.
+as soon as the per-step agreement says every rank's write is durable), rank 0 writes ``COMMITTED``
+last and renames the folder, then moves ``latest``. A load takes the newest committed checkpoint
+that every rank can read, resharded by DCP to the current world size, and falls back to the
+previous one, with a warning, when it is corrupt; when committed checkpoints exist and none loads,
+it raises rather than start over from step 0. Imports only torch and stdlib.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from accelerator import reduce_numbers
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 
 COMMIT_MARKER = "COMMITTED"
@@ -48,13 +50,21 @@ class PendingSave:
     started: float
 
 
+class NoLoadableCheckpoint(RuntimeError):
+    """Committed checkpoints exist but none loads: starting over would mix two runs in one directory."""
+
+
 class CheckpointManager:
     """Saves and restores the state of a training run (see the module docstring for the protocol).
 
     :meth:`save` takes the sharded state (model, optimizer, scheduler, step and data position, as
-    DCP state dicts) and a small per-rank state (RNG). ``keep`` committed checkpoints are kept.
-    With ``async_save``, DCP writes in the background on its own gloo process group and training
-    continues; the checkpoint is committed at the next save or at :meth:`close`.
+    DCP state dicts). ``keep`` committed checkpoints are kept. With ``async_save``, DCP writes in
+    the background on its own gloo process group and training continues; the checkpoint is
+    committed by :meth:`commit_if_durable` once every rank reports its write done (the training
+    loop asks every step), at the latest by the next save or :meth:`close`.
+
+    ``last_save_seconds`` is the training stall of the last save (staging, and any wait for the
+    previous save); ``last_durable_seconds`` the time until it was committed.
     """
 
     def __init__(
@@ -64,6 +74,7 @@ class CheckpointManager:
         keep: int = 3,
         async_save: bool = False,
         log: Callable[[dict[str, Any]], None] | None = None,
+        device: Any = "cpu",
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep: {keep} must be >= 1")
@@ -71,9 +82,11 @@ class CheckpointManager:
         self.keep = keep
         self.rank = dist.get_rank()
         self.log = log or (lambda record: None)
+        self.device = device  # where the training group's collectives take their tensors
         self.async_group = dist.new_group(backend="gloo") if async_save else None
         self.pending: PendingSave | None = None
-        self.last_save_seconds: float | None = None  # the training stall of the last save
+        self.last_save_seconds: float | None = None
+        self.last_durable_seconds: float | None = None
         if self.rank == 0:
             directory.mkdir(parents=True, exist_ok=True)
             for stale in directory.glob(f"{TMP_PREFIX}*"):
@@ -81,22 +94,14 @@ class CheckpointManager:
         dist.barrier()
 
     # ---- saving --------------------------------------------------------------------------
-    def save(
-        self,
-        step: int,
-        state: dict[str, Any],
-        rank_state: dict[str, Any],
-        *,
-        crash_before_commit: bool = False,
-    ) -> None:
+    def save(self, step: int, state: dict[str, Any], *, crash_before_commit: bool = False) -> None:
         """Write a checkpoint of ``step``; blocking, or in the background with ``async_save``."""
-        self.finalize()  # an earlier async save is committed (or fails) first
         started = time.perf_counter()
+        self.finalize()  # an earlier async save is committed (or fails) first: part of this stall
         tmp_dir = self.directory / f"{TMP_PREFIX}{step:08d}"
         if self.rank == 0:
             tmp_dir.mkdir(parents=True, exist_ok=True)
         dist.barrier()
-        torch.save(rank_state, tmp_dir / f"rank-{self.rank}.pt")
         if self.async_group is None:
             dcp.save(state, checkpoint_id=str(tmp_dir))
             self.last_save_seconds = time.perf_counter() - started
@@ -113,6 +118,16 @@ class CheckpointManager:
             future.result()
             _die_mid_checkpoint(tmp_dir, self.rank)
 
+    @property
+    def write_done(self) -> bool:
+        """This rank has no background write in flight (its vote in the per-step agreement)."""
+        return self.pending is None or self.pending.future.done()
+
+    def commit_if_durable(self, ranks_done: int) -> None:
+        """Commit the background save as soon as all ``ranks_done`` = world size have written it."""
+        if self.pending is not None and ranks_done >= dist.get_world_size():
+            self.finalize()
+
     def finalize(self) -> None:
         """Wait for a background save on every rank, then commit it."""
         if self.pending is None:
@@ -121,11 +136,16 @@ class CheckpointManager:
         pending.future.result()
         self._commit(pending.step, pending.tmp_dir, pending.started)
 
+    def estimated_save_seconds(self) -> float | None:
+        """How long a save takes until it is committed, as last measured on this rank."""
+        return self.last_durable_seconds
+
     def close(self) -> None:
         self.finalize()
 
     def _commit(self, step: int, tmp_dir: Path, started: float) -> None:
         dist.barrier()  # every rank's shards are on disk
+        self.last_durable_seconds = time.perf_counter() - started
         if self.rank == 0:
             final_dir = self.directory / step_dir_name(step)
             marker = {"step": step, "world_size": dist.get_world_size(), "committed_at": time.time()}
@@ -158,11 +178,13 @@ class CheckpointManager:
         found = [p for p in self.directory.glob(f"{PREFIX}*") if (p / COMMIT_MARKER).is_file()]
         return sorted(found, key=lambda p: p.name, reverse=True)
 
-    def load_latest(self, state: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    def load_latest(self, state: dict[str, Any]) -> int | None:
         """Load the newest checkpoint that every rank reads without error into ``state``.
 
-        Returns ``(step, rank_state)``, or None for a fresh start. A corrupt or partial checkpoint
-        is skipped with a warning and the previous one is tried.
+        Returns its step, or None when there is none (a fresh start). A corrupt or partial
+        checkpoint is skipped with a warning and the previous one is tried; when none loads,
+        :class:`NoLoadableCheckpoint`. A checkpoint saved by another world size is resharded by DCP
+        and logged as ``world_size_changed`` (the global batch, and so the schedule, change with it).
         """
         candidates = self.committed() if self.rank == 0 else []
         names: list[Any] = [[p.name for p in candidates]]
@@ -170,18 +192,19 @@ class CheckpointManager:
         for name in names[0]:
             path = self.directory / name
             error = ""
-            rank_state: dict[str, Any] = {}
             try:
                 dcp.load(state, checkpoint_id=str(path))
-                rank_state = torch.load(path / f"rank-{self.rank}.pt", weights_only=False)
             except (Exception, CheckpointException) as exc:  # noqa: BLE001 - unreadable: try the previous one
                 error = f"{type(exc).__name__}: {exc}"
-            ok = torch.tensor([0 if error else 1])
-            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-            if ok.item() == 1:
-                step = json.loads((path / COMMIT_MARKER).read_text())["step"]
+            (ok,) = reduce_numbers([0 if error else 1], self.device, dist.ReduceOp.MIN)
+            if ok == 1:
+                marker = json.loads((path / COMMIT_MARKER).read_text())
+                step, saved_world = marker["step"], marker["world_size"]
                 self.log({"event": "resume", "step": step, "path": str(path)})
-                return step, rank_state
+                if saved_world != dist.get_world_size():
+                    change = {"event": "world_size_changed", "saved": saved_world, "now": dist.get_world_size()}
+                    self.log({**change, "step": step})
+                return step
             warning = {
                 "event": "checkpoint_skipped",
                 "path": str(path),
@@ -189,6 +212,11 @@ class CheckpointManager:
             }
             print(json.dumps(warning), file=sys.stderr, flush=True)
             self.log(warning)
+        if names[0]:
+            raise NoLoadableCheckpoint(
+                f"{self.directory}: none of the committed checkpoints {names[0]} loads; refusing to start over "
+                "from step 0 in the same directory (move them away to start a new run)"
+            )
         return None
 
 

@@ -4,7 +4,9 @@
 
 Every metric is a JSON line on stdout (rank 0); the last one is the summary with ``step``,
 ``loss`` and ``param_sha256`` (a hash of the full parameters) so runs can be compared exactly.
-A restarted run resumes from the newest complete checkpoint. Imports only torch and stdlib.
+A restarted run resumes from the newest complete checkpoint. A run stopped before its last step
+(SIGTERM: eviction, node replacement) exits 143 on every rank, so that neither torchrun nor the
+training operator takes it for a finished job. Imports only torch and stdlib.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accelerator import device_and_backend, exit_process
+from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds
 from checkpoint_interval import daly_interval
 from checkpointing import CheckpointManager
 from data import SyntheticTokens, TokenFile
@@ -39,6 +41,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+STOPPED_EXIT_CODE = 128 + signal.SIGTERM  # stopped before the last step: not a success
 # Dense bf16 peak TFLOP/s per GPU, for MFU.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0}
 
@@ -227,14 +230,67 @@ class Progress:
 
 
 class StopSignal:
-    """SIGTERM (pod eviction, HyperPod node replacement) asks for a final checkpoint, then exit."""
+    """SIGTERM (pod eviction, HyperPod node replacement, forwarded by torchrun) asks the run to stop.
 
-    def __init__(self) -> None:
-        self.requested = False
+    torchrun SIGKILLs the worker ``budget_seconds`` after forwarding the signal (see
+    :func:`accelerator.shutdown_budget_seconds`); a final checkpoint is written only if it fits.
+    """
+
+    def __init__(self, budget_seconds: float) -> None:
+        self.budget_seconds = budget_seconds
+        self.requested_at: float | None = None
         signal.signal(signal.SIGTERM, self._handle)
 
+    @property
+    def requested(self) -> bool:
+        return self.requested_at is not None
+
+    def remaining_seconds(self) -> float:
+        """Time left before SIGKILL; unbounded on a rank that got no signal."""
+        if self.requested_at is None:
+            return math.inf
+        return self.budget_seconds - (time.monotonic() - self.requested_at)
+
     def _handle(self, signum: int, frame: Any) -> None:
-        self.requested = True
+        if self.requested_at is None:
+            self.requested_at = time.monotonic()
+
+
+@dataclass
+class StepAgreement:
+    """What each rank brings to the one small all-reduce after every step."""
+
+    loss: float
+    stop: bool  # this rank was asked to stop
+    save_due: bool  # this rank's checkpoint schedule says save now
+    write_done: bool  # this rank has no background checkpoint write in flight
+
+    def reduce(self, runtime: Runtime) -> Agreed:
+        loss, stops, saves, writes_done = reduce_numbers(
+            [self.loss, float(self.stop), float(self.save_due), float(self.write_done)], runtime.device
+        )
+        return Agreed(loss / runtime.world_size, stops > 0, saves > 0, int(writes_done))
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """The outcome, identical on every rank."""
+
+    mean_loss: float
+    stop: bool
+    save: bool
+    ranks_done_writing: int
+
+
+def final_save_fits(checkpoints: CheckpointManager, stop: StopSignal, runtime: Runtime) -> bool:
+    """At a stop, save only if the slowest rank's last measured save fits the shortest time left
+    before SIGKILL (with a 20 % margin); with no measurement yet, try (a killed save is never
+    committed, so trying costs nothing but time)."""
+    estimate = checkpoints.estimated_save_seconds()
+    slowest, negative_least_left = reduce_numbers(
+        [0.0 if estimate is None else estimate, -stop.remaining_seconds()], runtime.device, dist.ReduceOp.MAX
+    )
+    return slowest <= 0.8 * -negative_least_left
 
 
 class CheckpointSchedule:
@@ -309,17 +365,16 @@ def main(argv: list[str] | None = None) -> int:
             keep=config.keep_checkpoints,
             async_save=config.async_checkpoint,
             log=lambda r: emit(runtime, r),
+            device=runtime.device,
         )
         state = checkpoint_state()
-        restored = checkpoints.load_latest(state)
-        if restored is not None:
-            resumed_from, rank_state = restored
+        resumed_from = checkpoints.load_latest(state)
+        if resumed_from is not None:
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
             scheduler.load_state_dict(state["scheduler"])
             progress = Progress(**state["progress"])
-            torch.set_rng_state(rank_state["cpu_rng"])
 
-    stop = StopSignal()
+    stop = StopSignal(shutdown_budget_seconds())
     schedule = CheckpointSchedule(config)
     tokens_per_step = config.batch_size * config.seq_len * runtime.world_size
     flops = flops_per_token(args, config.seq_len)
@@ -366,11 +421,16 @@ def main(argv: list[str] | None = None) -> int:
         steps_run += 1
         progress.step = step + 1
         throughput.add(tokens_per_step, progress.step)
-        # One small collective per step: mean loss, and agreement on stopping and saving.
-        due = schedule.due(progress.step, step_seconds, checkpoints.last_save_seconds if checkpoints else None)
-        flags = torch.tensor([loss.detach().float().cpu().item(), float(stop.requested), float(due)])
-        dist.all_reduce(flags)
-        loss_value = flags[0].item() / runtime.world_size
+        # One small collective per step: mean loss, and agreement on stopping, saving and committing.
+        agreed = StepAgreement(
+            loss=loss.detach().float().item(),
+            stop=stop.requested,
+            save_due=schedule.due(progress.step, step_seconds, checkpoints.last_save_seconds if checkpoints else None),
+            write_done=checkpoints.write_done if checkpoints else True,
+        ).reduce(runtime)
+        loss_value = agreed.mean_loss
+        if checkpoints:
+            checkpoints.commit_if_durable(agreed.ranks_done_writing)
         if math.isnan(progress.initial_loss):
             progress.initial_loss = loss_value
         if progress.step % config.log_every == 0:
@@ -387,23 +447,29 @@ def main(argv: list[str] | None = None) -> int:
                     "mfu": mfu,
                 },
             )
-        stopping = flags[1].item() > 0
-        if checkpoints and (flags[2].item() > 0 or stopping or progress.step == config.steps):
+        last_step = progress.step == config.steps
+        save = agreed.save or last_step
+        if checkpoints and agreed.stop and not last_step:
+            save = final_save_fits(checkpoints, stop, runtime)
+            if not save:
+                emit(runtime, {"event": "final_checkpoint_skipped", "step": progress.step, "reason": "budget"})
+        if checkpoints and save:
             crash = (
                 config.fail_in_checkpoint_at_step == progress.step
                 and runtime.restart_count == 0
                 and runtime.rank == (config.fail_rank or 0)
             )
-            checkpoints.save(
-                progress.step, checkpoint_state(), {"cpu_rng": torch.get_rng_state()}, crash_before_commit=crash
-            )
+            checkpoints.save(progress.step, checkpoint_state(), crash_before_commit=crash)
             schedule.saved()
-        if stopping:
-            emit(runtime, {"event": "stopped", "reason": "SIGTERM", "step": progress.step})
+        if agreed.stop and not last_step:
             break
     throughput.stop()
     if checkpoints:
         checkpoints.close()
+    if progress.step < config.steps:
+        emit(runtime, {"event": "stopped", "reason": "SIGTERM", "step": progress.step, "exit_code": STOPPED_EXIT_CODE})
+        dist.destroy_process_group()
+        return STOPPED_EXIT_CODE
 
     train_seconds = time.perf_counter() - loop_started  # checkpoint stalls included
     summary = {

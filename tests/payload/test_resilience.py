@@ -74,23 +74,31 @@ def test_sigterm_writes_a_checkpoint_and_the_next_start_resumes(reference_run, t
     assert summary(again.stdout)["resumed_from"] == step  # the next start resumes where SIGTERM left it
 
 
-def test_async_checkpoints_resume_bitwise_identical(reference_run, tmp_path: Path) -> None:
+def test_async_checkpoints_commit_promptly_and_resume_bitwise_identical(reference_run, tmp_path: Path) -> None:
     result = train(
         [
             "--steps=10",
             f"--checkpoint-dir={tmp_path}",
-            "--checkpoint-every=2",
+            "--checkpoint-every=4",
             "--async-checkpoint",
             "--fail-at-step=7",
             "--fail-rank=0",
+            "--log-every=1",
         ],
         max_restarts=1,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     final = summary(result.stdout)
-    # At step 7 the async save of step 6 was still pending: `latest` only moved to 4.
+    # The async save of step 4 was committed at the next step's agreement, long before the next
+    # save (step 8) was due: the crash at step 7 loses 3 steps, not 7.
     assert final["resumed_from"] == 4
     assert final["param_sha256"] == reference_run["param_sha256"]
+    records = json_lines(result.stdout)
+    restart = next(i for i, r in enumerate(records) if r.get("event") == "start" and r["restart"] == 1)
+    first_attempt = records[:restart]
+    commit = next(i for i, r in enumerate(first_attempt) if r.get("event") == "checkpoint" and r["step"] == 4)
+    steps_before_commit = [r["step"] for r in first_attempt[:commit] if r.get("event") == "step"]
+    assert steps_before_commit and max(steps_before_commit) <= 5
 
 
 def test_keep_last_k(tmp_path: Path) -> None:
