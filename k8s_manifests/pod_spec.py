@@ -12,6 +12,9 @@ WORKLOADS_MOUNT = "/workloads"
 # HyperPod's node-health-status values that must not receive new pods (nodes without the label,
 # e.g. on plain EKS, are fine).
 UNHEALTHY_STATUSES = ["Unschedulable", "UnschedulablePendingReplacement", "UnschedulablePendingReboot"]
+# torchrun's own teardown after its workers exit (rendezvous shutdown, agent exit), on top of the
+# shutdown budget: the kubelet's SIGKILL must come after torchrun's.
+TORCHRUN_TEARDOWN_SECONDS = 30
 # HyperPod job auto-resume (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-resiliency.html)
 AUTO_RESUME_ANNOTATION = "sagemaker.amazonaws.com/enable-job-auto-resume"
 MAX_RETRY_ANNOTATION = "sagemaker.amazonaws.com/job-max-retry-count"
@@ -36,6 +39,9 @@ def nccl_env(values: WorkloadValues) -> list[dict[str, str]]:
     obsolete knobs (FI_EFA_USE_DEVICE_RDMA, NCCL_PROTO, NCCL_ALGO, FI_EFA_FORK_SAFE) are not set.
     """
     env = {
+        # torchrun SIGKILLs its workers this long after forwarding SIGTERM (newer torch reads it, 2.13 does; older
+        # torch uses 30 s, and train.py then skips a final save that does not fit).
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(values.shutdown_budget_seconds),
         "NCCL_DEBUG": "WARN",
         # Tear the process down on a collective error or timeout so torchrun restarts it.
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
@@ -100,7 +106,6 @@ def gpu_pod_spec(
     restart_policy: str | None = "OnFailure",
     extra_env: dict[str, str] | None = None,
     affinity: dict[str, Any] | None = None,
-    termination_grace_seconds: int = 120,
 ) -> dict[str, Any]:
     """A pod spec that takes a whole GPU node: every GPU and EFA device, shm, FSx, the payload."""
     env = nccl_env(values) + [{"name": k, "value": v} for k, v in (extra_env or {}).items()]
@@ -116,8 +121,9 @@ def gpu_pod_spec(
         container["command"] = command
     spec: dict[str, Any] = {
         "serviceAccountName": values.service_account,
-        # SIGTERM -> a final checkpoint within this grace period (payload's signal handler).
-        "terminationGracePeriodSeconds": termination_grace_seconds,
+        # SIGTERM -> torchrun -> the payload's final checkpoint within the shutdown budget, then
+        # torchrun's teardown; only then may the kubelet SIGKILL.
+        "terminationGracePeriodSeconds": values.shutdown_budget_seconds + TORCHRUN_TEARDOWN_SECONDS,
         "tolerations": [GPU_TOLERATION],
         "affinity": {**gpu_node_affinity(), **(affinity or {})},
         "volumes": volumes(values),

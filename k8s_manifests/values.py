@@ -59,6 +59,9 @@ class WorkloadValues:
     job_max_retries: int = 3
     max_restarts: int = 3
     pg_timeout_seconds: int = 600
+    # Seconds from SIGTERM to torchrun's SIGKILL of the workers: room for a final checkpoint. The
+    # pods' grace period follows from it.
+    shutdown_budget_seconds: int = 300
 
     def __post_init__(self) -> None:
         if self.gpu_nodes < 1:

@@ -13,6 +13,7 @@ from conftest import hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR, payload_files
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
+from llm_infra.k8s_manifests.pod_spec import TORCHRUN_TEARDOWN_SECONDS
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.k8s_manifests.values import WorkloadValues
 from manifest_validation import load_documents, validate_object
@@ -163,6 +164,18 @@ def test_nccl_environment_is_minimal_and_current(eks) -> None:
     assert env["NCCL_DEBUG"] == "WARN"
     assert env["FI_PROVIDER"] == "efa"
     assert not OBSOLETE_NCCL_ENV & set(env)
+
+
+def test_the_kubelet_waits_for_torchruns_shutdown_budget(eks) -> None:
+    # SIGTERM reaches torchrun (PID 1); it SIGKILLs the workers TORCH_ELASTIC_SHUTDOWN_TIMEOUT later,
+    # then tears itself down; the kubelet's SIGKILL comes terminationGracePeriodSeconds after SIGTERM.
+    budget = WorkloadValues.shutdown_budget_seconds
+    for name in ("train", "validation-2-allreduce", "validation-3-training", "llama2-7b"):
+        spec = pod_spec(by_kind(eks, "PyTorchJob", name))
+        env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+        assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(budget)
+        assert spec["terminationGracePeriodSeconds"] == budget + TORCHRUN_TEARDOWN_SECONDS
+        assert spec["containers"][0]["command"][0] == "torchrun"  # the process the kubelet signals
 
 
 def test_affinity_gpu_nodes_and_away_from_unhealthy_ones(eks) -> None:
