@@ -25,6 +25,12 @@ def device_and_backend() -> tuple[torch.device, str]:
     return torch.device("cpu"), "gloo"
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def exit_process(code: int) -> NoReturn:
     """Flush stdout/stderr and end the process without interpreter teardown.
 

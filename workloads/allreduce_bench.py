@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from accelerator import device_and_backend, exit_process, reduce_numbers
+from accelerator import device_and_backend, exit_process, reduce_numbers, synchronize
 
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -38,20 +38,15 @@ def measure(size_bytes: int, device: torch.device, warmup: int, iters: int) -> f
     tensor = torch.ones(max(1, size_bytes // 4), dtype=torch.float32, device=device)
     for _ in range(warmup):
         dist.all_reduce(tensor)
-    _sync(device)
+    synchronize(device)
     dist.barrier()
     started = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(tensor)
-    _sync(device)
+    synchronize(device)
     # The slowest rank defines the collective.
     (elapsed,) = reduce_numbers([time.perf_counter() - started], device, dist.ReduceOp.MAX)
     return elapsed / iters
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,7 @@ checkpoint records, so a resumed run reads exactly the batches an uninterrupted 
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,11 +56,46 @@ class SyntheticTokens:
         return Batch(inputs=sequence[:, :-1].contiguous(), targets=sequence[:, 1:].contiguous())
 
 
+class EpochPermutation:
+    """A pseudo-random permutation of ``range(size)`` per (seed, epoch), evaluated one index at a time.
+
+    A 4-round Feistel network over the smallest even power of two >= ``size``, cycle-walking back
+    into range: O(1) time and memory per sample, however large the corpus (a ``randperm`` of every
+    window would cost O(corpus) per call).
+    """
+
+    def __init__(self, size: int, seed: int, epoch: int) -> None:
+        if size < 1:
+            raise ValueError(f"size: {size} must be >= 1")
+        self.size = size
+        self.half_bits = max(1, (max(size - 1, 1).bit_length() + 1) // 2)
+        self.mask = (1 << self.half_bits) - 1
+        self.keys = [_seed(seed, epoch, round_) for round_ in range(4)]
+
+    def _round(self, value: int, key: int) -> int:
+        return (_seed(value, key) >> 7) & self.mask
+
+    def _encrypt(self, value: int) -> int:
+        left, right = value >> self.half_bits, value & self.mask
+        for key in self.keys:
+            left, right = right, left ^ self._round(right, key)
+        return (left << self.half_bits) | right
+
+    def __getitem__(self, index: int) -> int:
+        if not 0 <= index < self.size:
+            raise IndexError(index)
+        value = self._encrypt(index)
+        while value >= self.size:  # cycle-walk: stays a bijection on range(size)
+            value = self._encrypt(value)
+        return value
+
+
 class TokenFile:
     """A flat binary file of token ids (uint16 or uint32), memory-mapped; each rank reads its shard.
 
-    Global sample ``i`` at ``step`` for ``rank`` starts at a position drawn from a per-(seed, step)
-    permutation, so ranks never read the same window in a step and a resume reads the same data.
+    Global sample ``g = (step * world_size + rank) * batch_size + i`` reads window
+    ``permutation_e[g mod windows]`` of epoch ``e = g // windows``: every window once per epoch, in
+    a new order each epoch, ranks never the same window in a step, and a resume reads the same data.
     """
 
     def __init__(
@@ -80,11 +116,50 @@ class TokenFile:
             rank,
             world_size,
         )
+        self._permutations: dict[int, EpochPermutation] = {}
+
+    def window(self, sample: int) -> int:
+        """The window that global sample ``sample`` reads."""
+        epoch, index = divmod(sample, self.windows)
+        if epoch not in self._permutations:
+            self._permutations = {epoch: EpochPermutation(self.windows, self.seed, epoch)}
+        return self._permutations[epoch][index]
 
     def batch(self, step: int) -> Batch:
-        generator = torch.Generator().manual_seed(_seed(self.seed, step))
-        order = torch.randperm(self.windows, generator=generator)
-        mine = order[self.rank * self.batch_size : (self.rank + 1) * self.batch_size]
-        rows = [self.tokens[w * self.seq_len : w * self.seq_len + self.seq_len + 1].to(torch.int64) for w in mine]
+        first = (step * self.world_size + self.rank) * self.batch_size
+        rows = [
+            self.tokens[w * self.seq_len : w * self.seq_len + self.seq_len + 1].to(torch.int64)
+            for w in (self.window(first + i) for i in range(self.batch_size))
+        ]
         sequence = torch.stack(rows)
         return Batch(inputs=sequence[:, :-1].contiguous(), targets=sequence[:, 1:].contiguous())
+
+
+class Prefetcher:
+    """The next step's batch, read in a background thread and (on GPU) pinned, so that copying it to
+    the device is asynchronous and reading overlaps the step."""
+
+    def __init__(self, source: SyntheticTokens | TokenFile, device: torch.device) -> None:
+        self.source, self.device = source, device
+        self.pin = device.type == "cuda"
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self.ahead: tuple[int, Future[Batch]] | None = None
+
+    def _read(self, step: int) -> Batch:
+        batch = self.source.batch(step)
+        if self.pin:
+            batch = Batch(inputs=batch.inputs.pin_memory(), targets=batch.targets.pin_memory())
+        return batch
+
+    def batch(self, step: int) -> Batch:
+        """The batch of ``step`` on the device; starts reading ``step + 1``."""
+        prefetched = self.ahead[1] if self.ahead is not None and self.ahead[0] == step else None
+        host = prefetched.result() if prefetched is not None else self._read(step)
+        self.ahead = (step + 1, self.pool.submit(self._read, step + 1))
+        return Batch(
+            inputs=host.inputs.to(self.device, non_blocking=self.pin),
+            targets=host.targets.to(self.device, non_blocking=self.pin),
+        )
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)

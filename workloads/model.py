@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,14 @@ def parameter_count(args: ModelArgs) -> int:
 
 
 def flops_per_token(args: ModelArgs, seq_len: int) -> int:
-    """Training FLOPs per token: 6 x (non-embedding parameters) + attention scores (12 L H d T)."""
-    dense = parameter_count(args) - args.vocab_size * args.dim  # the input embedding is a lookup
-    return 6 * dense + 12 * args.n_layers * args.n_heads * args.head_dim * seq_len
+    """Training FLOPs per token: 6 x (the parameters of every matmul) + attention scores (12 L H d T).
+
+    The input embedding is a lookup, not a matmul; the output projection is a matmul whether or not
+    its weight is tied to the embedding (a tied model still multiplies by it).
+    """
+    embedding_tables = args.vocab_size * args.dim * (1 if args.tie_embeddings else 2)
+    matmul_parameters = parameter_count(args) - embedding_tables + args.vocab_size * args.dim
+    return 6 * matmul_parameters + 12 * args.n_layers * args.n_heads * args.head_dim * seq_len
 
 
 class RMSNorm(nn.Module):
@@ -156,6 +162,8 @@ class TransformerBlock(nn.Module):
 
 
 class Transformer(nn.Module):
+    freqs: torch.Tensor  # RoPE rotations, a non-persistent buffer
+
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         args.validate()
@@ -171,22 +179,28 @@ class Transformer(nn.Module):
         )
 
     def init_weights(self, seed: int) -> None:
-        """Deterministic initialisation (same parameters on every rank and every run)."""
-        generator = torch.Generator().manual_seed(seed)
+        """Deterministic initialisation, the same for every world size: each parameter is drawn whole
+        (one at a time, so the peak is the largest parameter, not the model) and each rank keeps its
+        shard. Also recomputes the RoPE buffer, so a model built on the meta device and materialised
+        with ``to_empty`` is complete afterwards."""
+        device = self.freqs.device
+        self.freqs = rope_frequencies(self.args.head_dim, self.args.max_seq_len, self.args.rope_theta, device)
+        generator = torch.Generator(device=device).manual_seed(seed)
         for name, param in self.named_parameters():
             with torch.no_grad():
                 if name.endswith("norm.weight") or ".attention_norm." in name or ".ffn_norm." in name:
                     param.fill_(1.0)
-                else:
-                    std = (
-                        0.02 / math.sqrt(2 * self.args.n_layers) if name.endswith(("wo.weight", "w2.weight")) else 0.02
-                    )
-                    param.copy_(torch.randn(param.shape, generator=generator) * std)
+                    continue
+                std = 0.02 / math.sqrt(2 * self.args.n_layers) if name.endswith(("wo.weight", "w2.weight")) else 0.02
+                full = torch.randn(param.shape, generator=generator, device=device) * std
+                if isinstance(param, DTensor):  # sharded by FSDP2: keep this rank's shard, no communication
+                    full = distribute_tensor(full, param.device_mesh, param.placements, src_data_rank=None)
+                param.copy_(full)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         seq = tokens.shape[1]
         h = self.tok_embeddings(tokens)
-        freqs: torch.Tensor = self.freqs[:seq]  # type: ignore[index]  # a registered buffer
+        freqs = self.freqs[:seq]
         for layer in self.layers:
             h = layer(h, freqs)
         return self.output(self.norm(h)).float()

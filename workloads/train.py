@@ -27,15 +27,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds
+from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds, synchronize
 from checkpoint_interval import daly_interval
 from checkpointing import CheckpointManager
-from data import SyntheticTokens, TokenFile
+from data import Prefetcher, SyntheticTokens, TokenFile
 from model import PRESETS, Transformer, flops_per_token
 from throughput import ThroughputMonitor
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
+    get_optimizer_state_dict,
     get_state_dict,
     set_state_dict,
 )
@@ -175,10 +176,13 @@ def init_distributed(timeout_seconds: int) -> Runtime:
 
 
 def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
-    """The preset model, deterministically initialised, sharded with FSDP2 (bf16 on GPU)."""
-    model = Transformer(PRESETS[config.preset])
-    model.init_weights(config.seed)
-    model.to(runtime.device)
+    """The preset model, sharded with FSDP2 (bf16 on GPU), then deterministically initialised.
+
+    Built on the meta device, sharded, materialised with ``to_empty`` on the training device and
+    only then initialised: no rank ever holds the whole model (a 70B model does not fit one host).
+    """
+    with torch.device("meta"):
+        model = Transformer(PRESETS[config.preset])
     if config.activation_checkpointing:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
@@ -194,6 +198,8 @@ def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
             block.compile()
         fully_shard(block, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
+    model.to_empty(device=runtime.device)
+    model.init_weights(config.seed)
     return model
 
 
@@ -344,8 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     args = PRESETS[config.preset]
     model = build_model(config, runtime)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, foreach=True)
+    # DCP's state-dict API initialises empty optimizer state with a zero-lr step (Adam's step count
+    # becomes 1); do it in every run, with or without checkpoints, so that both train identically.
+    get_optimizer_state_dict(model, optimizer)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
-    data = make_data(config, runtime, args.vocab_size)
+    data = Prefetcher(make_data(config, runtime, args.vocab_size), runtime.device)
     progress = Progress()
 
     def checkpoint_state() -> dict[str, Any]:
@@ -410,13 +419,14 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(17)
         started = time.perf_counter()
         batch = data.batch(step)
-        logits = model(batch.inputs.to(runtime.device))
-        loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.to(runtime.device).flatten())
+        logits = model(batch.inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
+        synchronize(runtime.device)  # the step ends when the device is done, not when it was queued
         step_seconds = time.perf_counter() - started
         steps_run += 1
         progress.step = step + 1
@@ -464,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         if agreed.stop and not last_step:
             break
     throughput.stop()
+    data.close()
     if checkpoints:
         checkpoints.close()
     if progress.step < config.steps:

@@ -45,6 +45,33 @@ def test_flops_per_token() -> None:
     assert model.flops_per_token(args, 8192) == expected
     # ~6N for short sequences: the attention term grows with the sequence length.
     assert model.flops_per_token(args, 1) == pytest.approx(6 * non_embedding, rel=1e-4)
+    # A tied output still multiplies by its (shared) weight: the 1b preset's matmuls use every parameter.
+    tied = model.PRESETS["1b"]
+    assert tied.tie_embeddings
+    assert model.flops_per_token(tied, 1) == pytest.approx(6 * KNOWN_COUNTS["1b"], rel=1e-4)
+
+
+def test_meta_built_sharded_model_equals_an_eager_one(monkeypatch) -> None:
+    # train.build_model: meta device, FSDP2, to_empty, then init: the same parameters as building the
+    # whole model eagerly (and, the init being per whole parameter, for any world size).
+    import torch.distributed as dist
+    import train
+
+    for name in ("MASTER_ADDR", "RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    runtime = train.init_distributed(60)
+    try:
+        config = train.TrainConfig(preset="tiny", seed=3)
+        sharded = train.build_model(config, runtime)
+        eager = model.Transformer(model.PRESETS["tiny"])
+        eager.init_weights(3)
+        full = {k: v.full_tensor() for k, v in sharded.state_dict().items()}
+        assert full.keys() == eager.state_dict().keys()
+        for key, value in eager.state_dict().items():
+            assert torch.equal(full[key], value), key
+        assert torch.equal(sharded.freqs, eager.freqs)  # the RoPE buffer is real after to_empty
+    finally:
+        dist.destroy_process_group()
 
 
 def test_forward_shapes_and_gqa() -> None:
@@ -83,6 +110,37 @@ def test_token_file_shards_by_rank(tmp_path: Path) -> None:
     assert torch.equal(shard(0).batch(3).inputs, first.inputs)
     with pytest.raises(ValueError, match="data dtype"):
         data.TokenFile(path, dtype="int8", seq_len=16, batch_size=4, seed=1, rank=0, world_size=1)
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 1000, 4097])
+def test_epoch_permutation_is_a_permutation_and_changes_per_epoch(size: int) -> None:
+    first = [data.EpochPermutation(size, seed=5, epoch=0)[i] for i in range(size)]
+    assert sorted(first) == list(range(size))
+    if size > 7:
+        assert first != list(range(size))
+        assert first != [data.EpochPermutation(size, seed=5, epoch=1)[i] for i in range(size)]
+
+
+def test_token_file_reads_every_window_once_per_epoch(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.bin"
+    torch.arange(16 * 40 + 1, dtype=torch.int32).to(torch.uint16).numpy().tofile(path)  # 40 windows
+    shards = [
+        data.TokenFile(path, dtype="uint16", seq_len=16, batch_size=2, seed=1, rank=r, world_size=2) for r in (0, 1)
+    ]
+    epoch = [int(row[0]) // 16 for step in range(10) for s in shards for row in s.batch(step).inputs]
+    assert sorted(epoch) == list(range(40))  # 10 steps x 2 ranks x 2 = one pass over all 40 windows
+    second_epoch = [shards[0].window(40 + i) for i in range(40)]
+    assert sorted(second_epoch) == list(range(40)) and second_epoch != [shards[0].window(i) for i in range(40)]
+
+
+def test_prefetcher_returns_each_steps_batch(tmp_path: Path) -> None:
+    source = data.SyntheticTokens(vocab_size=4096, seq_len=8, batch_size=2, seed=7, rank=0, world_size=1)
+    loader = data.Prefetcher(source, torch.device("cpu"))
+    try:
+        for step in (0, 1, 2, 5, 6):  # in order (served from the prefetch) and after a jump (a resume)
+            assert torch.equal(loader.batch(step).inputs, source.batch(step).inputs)
+    finally:
+        loader.close()
 
 
 @pytest.mark.parametrize(("mtbf_minutes", "expected"), [(24 * 60, 117), (6 * 60, 57), (15, 9.1)])

@@ -126,3 +126,11 @@ def test_verdict_passes_when_loss_falls_and_checkpoint_is_complete(tmp_path: Pat
     assert verdict["verdict"] == "pass"
     assert verdict["checks"] == {"loss_fell": True, "checkpoint_complete": True}
     assert verdict["resumed_from"] == 10
+
+
+def test_checkpointing_does_not_change_the_training(reference_run) -> None:
+    # DCP initialises empty optimizer state with a zero-lr step (Adam's step count 1); the payload does
+    # the same without a checkpoint dir, so a run that never checkpoints trains identically.
+    result = train(["--steps=10"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert summary(result.stdout)["param_sha256"] == reference_run["param_sha256"]
