@@ -155,7 +155,8 @@ def recipe_training_chart(
             f"--warmup-steps={recipe.warmup_steps}",
             f"--mtbf-hours={recipe.node_mtbf_hours / values.gpu_nodes:g}",
             "--async-checkpoint",
-            "--activation-checkpointing",
+            "--activation-checkpointing=selective",
+            "--compile",
             "--log-every=10",
         ],
     )

@@ -129,9 +129,11 @@ class Attention(nn.Module):
         k = self.wk(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(batch, seq, self.n_kv_heads, self.head_dim)
         q, k = apply_rope(q, freqs), apply_rope(k, freqs)
-        repeat = self.n_heads // self.n_kv_heads  # grouped-query attention: share K/V across heads
-        k, v = k.repeat_interleave(repeat, dim=2), v.repeat_interleave(repeat, dim=2)
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        # Grouped-query attention: SDPA shares each K/V head across n_heads / n_kv_heads query heads
+        # itself (no repeated copies of K and V).
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True
+        )
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 

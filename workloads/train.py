@@ -33,6 +33,7 @@ from checkpointing import CheckpointManager
 from data import Prefetcher, SyntheticTokens, TokenFile
 from model import PRESETS, Transformer, flops_per_token
 from throughput import ThroughputMonitor
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -41,7 +42,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+# none; selective (torchtitan's op policy: keep matmul and attention outputs, recompute the cheap
+# elementwise ops); full (recompute each block).
+ACTIVATION_CHECKPOINTING = ("none", "selective", "full")
+ADAM_BETAS = (0.9, 0.95)  # Llama's
 STOPPED_EXIT_CODE = 128 + signal.SIGTERM  # stopped before the last step: not a success
 # Dense bf16 peak TFLOP/s per GPU, for MFU.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0}
@@ -64,7 +70,8 @@ class TrainConfig:
     mtbf_hours: float | None = None
     keep_checkpoints: int = 3
     async_checkpoint: bool = False
-    activation_checkpointing: bool = False
+    activation_checkpointing: str = "selective"
+    weight_decay: float = 0.1
     compile: bool = False
     pg_timeout_seconds: int = 600
     fail_at_step: int | None = None
@@ -108,6 +115,11 @@ class TrainConfig:
         ):
             if value is not None and not 0 < value < self.steps:
                 errors.append(f"{flag}: {value} must lie in 1..{self.steps - 1}")
+        if self.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
+            errors.append(
+                f"--activation-checkpointing: {self.activation_checkpointing!r} is not allowed; allowed: "
+                + ", ".join(ACTIVATION_CHECKPOINTING)
+            )
         if self.throughput_interval_s <= 0:
             errors.append(f"--throughput-interval-s: {self.throughput_interval_s} must be > 0")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
@@ -180,27 +192,68 @@ def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
 
     Built on the meta device, sharded, materialised with ``to_empty`` on the training device and
     only then initialised: no rank ever holds the whole model (a 70B model does not fit one host).
+    Each block is its own FSDP unit (activation checkpointed, then compiled, as torchtitan does), and
+    so are the embedding table and the output projection unless they share one weight.
     """
     with torch.device("meta"):
         model = Transformer(PRESETS[config.preset])
-    if config.activation_checkpointing:
-        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
-
-        for index, block in enumerate(model.layers):
-            model.layers[index] = checkpoint_wrapper(block)
     # bf16 compute with fp32 reduction on GPU; full precision on CPU.
     if runtime.device.type == "cuda":
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     else:
         policy = MixedPrecisionPolicy()
-    for block in model.layers:
+    for index, block in enumerate(model.layers):
+        block = checkpointed(block, config.activation_checkpointing)
         if config.compile:
             block.compile()
         fully_shard(block, mp_policy=policy)
+        model.layers[index] = block
+    if not model.args.tie_embeddings:
+        fully_shard(model.tok_embeddings, mp_policy=policy)
+        fully_shard(model.output, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     model.to_empty(device=runtime.device)
     model.init_weights(config.seed)
     return model
+
+
+_SAVED_OPS = {
+    torch.ops.aten.mm.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def _keep_expensive_outputs(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in _SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def checkpointed(block: torch.nn.Module, mode: str) -> torch.nn.Module:
+    """``block`` with activation checkpointing ``mode`` (see ACTIVATION_CHECKPOINTING)."""
+    if mode == "none":
+        return block
+    if mode == "full":
+        return checkpoint_wrapper(block, preserve_rng_state=False)
+    return checkpoint_wrapper(
+        block,
+        preserve_rng_state=False,
+        context_fn=lambda: create_selective_checkpoint_contexts(_keep_expensive_outputs),
+    )
+
+
+def make_optimizer(model: torch.nn.Module, config: TrainConfig, runtime: Runtime) -> torch.optim.Optimizer:
+    """AdamW with Llama's betas; the fused kernel on GPU."""
+    fused = runtime.device.type == "cuda"
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=config.lr,
+        betas=ADAM_BETAS,
+        weight_decay=config.weight_decay,
+        fused=fused,
+        foreach=not fused,
+    )
 
 
 def make_data(config: TrainConfig, runtime: Runtime, vocab_size: int) -> SyntheticTokens | TokenFile:
@@ -349,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(config.seed)
     args = PRESETS[config.preset]
     model = build_model(config, runtime)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, foreach=True)
+    optimizer = make_optimizer(model, config, runtime)
     # DCP's state-dict API initialises empty optimizer state with a zero-lr step (Adam's step count
     # becomes 1); do it in every run, with or without checkpoints, so that both train identically.
     get_optimizer_state_dict(model, optimizer)
