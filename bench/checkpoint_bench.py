@@ -64,9 +64,9 @@ def main() -> int:
     for repeat in range(args.repeats):
         for mode in ("sync", "async"):
             directory = root / f"{mode}-{repeat}"
-            manager = CheckpointManager(directory, keep=1, async_save=(mode == "async"))
+            manager = CheckpointManager(directory, state=lambda: state, keep=1, async_save=(mode == "async"))
             started = time.perf_counter()
-            manager.save(1, state, {"rng": torch.get_rng_state()})
+            manager.save(1)
             stall = time.perf_counter() - started
             manager.close()
             if mode == "sync":

@@ -30,6 +30,7 @@ from typing import Any, cast
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from accelerator import reduce_numbers
+from checkpoint_interval import daly_interval
 from torch.distributed.checkpoint import staging
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 
@@ -51,15 +52,38 @@ class PendingSave:
     started: float
 
 
+@dataclass(frozen=True)
+class SaveSchedule:
+    """When to save: every N steps, every T seconds, or Daly's optimum from the MTBF and the
+    measured save stall (the first save, with nothing measured yet, comes after one step)."""
+
+    every_steps: int | None = None
+    every_seconds: float | None = None
+    mtbf_hours: float | None = None
+
+    def due(self, step: int, since_last_save: float, step_seconds: float, save_stall: float | None) -> bool:
+        if self.every_steps is not None:
+            return step % self.every_steps == 0
+        if self.every_seconds is not None:
+            return since_last_save >= self.every_seconds
+        if self.mtbf_hours is not None:
+            stall = save_stall if save_stall else max(step_seconds, 1e-3)
+            return since_last_save >= daly_interval(stall, self.mtbf_hours * 3600.0)
+        return False
+
+
 class NoLoadableCheckpoint(RuntimeError):
     """Committed checkpoints exist but none loads: starting over would mix two runs in one directory."""
 
 
 class CheckpointManager:
-    """Saves and restores the state of a training run (see the module docstring for the protocol).
+    """The one owner of a run's checkpoints: when to save, what, the commit, restore and fallback
+    (see the module docstring for the protocol).
 
-    :meth:`save` takes the sharded state (model, optimizer, scheduler, step and data position, as
-    DCP state dicts). ``keep`` committed checkpoints are kept. With ``async_save``, DCP writes in
+    ``state()`` builds the run's state as DCP state dicts (model, optimizer, scheduler, step and data
+    position); ``apply(state)`` puts a loaded one back. :meth:`due` asks ``schedule``; :meth:`save`
+    writes ``state()``; :meth:`restore` loads the newest good checkpoint through ``apply``. ``keep``
+    committed checkpoints are kept. With ``async_save``, DCP writes in
     the background on its own gloo process group and training continues; the checkpoint is
     committed by :meth:`commit_if_durable` once every rank reports its write done (the training
     loop asks every step), at the latest by the next save or :meth:`close`.
@@ -72,6 +96,9 @@ class CheckpointManager:
         self,
         directory: Path,
         *,
+        state: Callable[[], dict[str, Any]],
+        apply: Callable[[dict[str, Any]], None] = lambda loaded: None,
+        schedule: SaveSchedule = SaveSchedule(),
         keep: int = 3,
         async_save: bool = False,
         log: Callable[[dict[str, Any]], None] | None = None,
@@ -80,6 +107,8 @@ class CheckpointManager:
         if keep < 1:
             raise ValueError(f"keep: {keep} must be >= 1")
         self.directory = directory
+        self.state, self.apply, self.schedule = state, apply, schedule
+        self.last_save_at = time.monotonic()
         self.keep = keep
         self.rank = dist.get_rank()
         self.log = log or (lambda record: None)
@@ -95,8 +124,22 @@ class CheckpointManager:
         dist.barrier()
 
     # ---- saving --------------------------------------------------------------------------
-    def save(self, step: int, state: dict[str, Any], *, crash_before_commit: bool = False) -> None:
+    def due(self, step: int, step_seconds: float) -> bool:
+        """Whether the schedule says this rank should save after ``step``."""
+        return self.schedule.due(step, time.monotonic() - self.last_save_at, step_seconds, self.last_save_seconds)
+
+    def restore(self) -> int | None:
+        """Load the newest good checkpoint into the run (:meth:`load_latest`, then ``apply``)."""
+        state = self.state()
+        step = self.load_latest(state)
+        if step is not None:
+            self.apply(state)
+        return step
+
+    def save(self, step: int, *, crash_before_commit: bool = False) -> None:
         """Write a checkpoint of ``step``; blocking, or in the background with ``async_save``."""
+        self.last_save_at = time.monotonic()
+        state = self.state()
         started = time.perf_counter()
         self.finalize()  # an earlier async save is committed (or fails) first: part of this stall
         tmp_dir = self.directory / f"{TMP_PREFIX}{step:08d}"

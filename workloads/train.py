@@ -28,9 +28,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds, synchronize
-from checkpoint_interval import daly_interval
-from checkpointing import CheckpointManager
+from checkpointing import CheckpointManager, SaveSchedule
 from data import Prefetcher, SyntheticTokens, TokenFile
+from faults import FaultInjector
 from model import PRESETS, Transformer, flops_per_token
 from throughput import ThroughputMonitor
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -352,31 +352,6 @@ def final_save_fits(checkpoints: CheckpointManager, stop: StopSignal, runtime: R
     return slowest <= 0.8 * -negative_least_left
 
 
-class CheckpointSchedule:
-    """When to save: every N steps, every T seconds, or the Daly interval from MTBF and the measured stall."""
-
-    def __init__(self, config: TrainConfig) -> None:
-        self.config = config
-        self.last_save = time.monotonic()
-
-    def due(self, step: int, step_seconds: float, save_stall: float | None) -> bool:
-        c = self.config
-        if c.checkpoint_dir is None:
-            return False
-        if c.checkpoint_every is not None:
-            return step % c.checkpoint_every == 0
-        elapsed = time.monotonic() - self.last_save
-        if c.checkpoint_interval_seconds is not None:
-            return elapsed >= c.checkpoint_interval_seconds
-        if c.mtbf_hours is not None:
-            stall = save_stall if save_stall else max(step_seconds, 1e-3)  # first save: measure it
-            return elapsed >= daly_interval(stall, c.mtbf_hours * 3600.0)
-        return False
-
-    def saved(self) -> None:
-        self.last_save = time.monotonic()
-
-
 def emit(runtime: Runtime, record: dict[str, Any]) -> None:
     """A JSON line on rank 0's stdout, stamped with the wall-clock time."""
     if runtime.is_main:  # one write per line: the throughput thread logs too
@@ -410,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     data = Prefetcher(make_data(config, runtime, args.vocab_size), runtime.device)
     progress = Progress()
 
-    def checkpoint_state() -> dict[str, Any]:
+    def run_state() -> dict[str, Any]:
         model_state, optim_state = get_state_dict(model, optimizer)
         return {
             "model": model_state,
@@ -419,25 +394,30 @@ def main(argv: list[str] | None = None) -> int:
             "progress": asdict(progress),
         }
 
+    def apply_state(state: dict[str, Any]) -> None:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        vars(progress).update(state["progress"])
+
     checkpoints = None
     resumed_from = None
     if config.checkpoint_dir:
         checkpoints = CheckpointManager(
             Path(config.checkpoint_dir),
+            state=run_state,
+            apply=apply_state,
+            schedule=SaveSchedule(config.checkpoint_every, config.checkpoint_interval_seconds, config.mtbf_hours),
             keep=config.keep_checkpoints,
             async_save=config.async_checkpoint,
             log=lambda r: emit(runtime, r),
             device=runtime.device,
         )
-        state = checkpoint_state()
-        resumed_from = checkpoints.load_latest(state)
-        if resumed_from is not None:
-            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            progress = Progress(**state["progress"])
+        resumed_from = checkpoints.restore()
 
     stop = StopSignal(shutdown_budget_seconds())
-    schedule = CheckpointSchedule(config)
+    faults = FaultInjector(
+        runtime.rank, runtime.restart_count, config.fail_at_step, config.fail_in_checkpoint_at_step, config.fail_rank
+    )
     tokens_per_step = config.batch_size * config.seq_len * runtime.world_size
     flops = flops_per_token(args, config.seq_len)
     peak = next(
@@ -467,9 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     loop_started, steps_run = time.perf_counter(), 0
     while progress.step < config.steps:
         step = progress.step
-        if config.fail_at_step == step and runtime.restart_count == 0 and runtime.rank == (config.fail_rank or 0):
-            emit_fault(runtime, step)
-            os._exit(17)
+        faults.before_step(step)
         started = time.perf_counter()
         batch = data.batch(step)
         logits = model(batch.inputs)
@@ -488,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         agreed = StepAgreement(
             loss=loss.detach().float().item(),
             stop=stop.requested,
-            save_due=schedule.due(progress.step, step_seconds, checkpoints.last_save_seconds if checkpoints else None),
+            save_due=checkpoints.due(progress.step, step_seconds) if checkpoints else False,
             write_done=checkpoints.write_done if checkpoints else True,
         ).reduce(runtime)
         loss_value = agreed.mean_loss
@@ -517,13 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             if not save:
                 emit(runtime, {"event": "final_checkpoint_skipped", "step": progress.step, "reason": "budget"})
         if checkpoints and save:
-            crash = (
-                config.fail_in_checkpoint_at_step == progress.step
-                and runtime.restart_count == 0
-                and runtime.rank == (config.fail_rank or 0)
-            )
-            checkpoints.save(progress.step, checkpoint_state(), crash_before_commit=crash)
-            schedule.saved()
+            checkpoints.save(progress.step, crash_before_commit=faults.crashes_in_checkpoint(progress.step))
         if agreed.stop and not last_step:
             break
     throughput.stop()
@@ -552,16 +524,6 @@ def main(argv: list[str] | None = None) -> int:
         code = report_verdict(runtime, summary, checkpoints)
     dist.destroy_process_group()
     return code
-
-
-def emit_fault(runtime: Runtime, step: int) -> None:
-    print(
-        json.dumps(
-            {"event": "fault", "kind": "exit", "rank": runtime.rank, "step": step, "time": round(time.time(), 3)}
-        ),
-        file=sys.stderr,
-        flush=True,
-    )
 
 
 def report_verdict(runtime: Runtime, summary: dict[str, Any], checkpoints: CheckpointManager | None) -> int:

@@ -13,6 +13,7 @@ import pytest
 from .conftest import WORKLOADS
 
 sys.path.insert(0, str(WORKLOADS))
+import checkpointing  # noqa: E402
 import train  # noqa: E402
 
 
@@ -56,13 +57,13 @@ def test_unknown_flags_and_keys_are_errors(tmp_path: Path, capsys) -> None:
 
 def test_daly_schedule_uses_the_measured_stall() -> None:
     # MTBF 1 h, save stall 2 s: Daly's interval is ~118 s of training between checkpoints.
-    schedule = train.CheckpointSchedule(train.TrainConfig(checkpoint_dir="/x", mtbf_hours=1.0))
-    schedule.last_save -= 100
-    assert not schedule.due(1, step_seconds=0.01, save_stall=2.0)
-    schedule.last_save -= 20
-    assert schedule.due(1, step_seconds=0.01, save_stall=2.0)
+    schedule = checkpointing.SaveSchedule(mtbf_hours=1.0)
+    assert not schedule.due(1, since_last_save=100, step_seconds=0.01, save_stall=2.0)
+    assert schedule.due(1, since_last_save=120, step_seconds=0.01, save_stall=2.0)
     # A slower save moves the next checkpoint out (sqrt(2 * 8 * 3600) = 240 s).
-    assert not schedule.due(1, step_seconds=0.01, save_stall=8.0)
+    assert not schedule.due(1, since_last_save=120, step_seconds=0.01, save_stall=8.0)
+    assert checkpointing.SaveSchedule(every_steps=5).due(10, 0, 0.01, None)
+    assert not checkpointing.SaveSchedule().due(10, 1e9, 0.01, None)
 
 
 def test_exit_process_keeps_buffered_output_and_the_exit_code() -> None:
