@@ -35,20 +35,24 @@ class ValidationChart(cdk8s.Chart):
         *,
         values: WorkloadValues,
         min_busbw_gbps: float | None = None,
-        dcgm_diag_level: int = 0,
+        dcgm_diag_level: int = 1,
     ) -> None:
         super().__init__(scope, construct_id)
         if dcgm_diag_level not in (0, 1, 2, 3):
             raise ValueError(f"dcgm_diag_level: {dcgm_diag_level} is not allowed; allowed: 0 (off), 1, 2, 3")
         self._health_job(values, dcgm_diag_level)
-        threshold = values.profile.allreduce_busbw_gbps if min_busbw_gbps is None else min_busbw_gbps
+        # One node measures NVLink (or PCIe), more measure EFA: the floor follows the node count.
+        multi_node = values.gpu_nodes > 1
+        default = values.profile.allreduce_busbw_gbps if multi_node else values.profile.single_node_busbw_gbps
+        threshold = default if min_busbw_gbps is None else min_busbw_gbps
+        transport = ["--expect-efa-transport"] if multi_node and values.efa_devices else []
         pytorch_job(
             self,
             "AllReduce",
             values=values,
             name=ALLREDUCE_JOB,
             script="allreduce_bench.py",
-            args=[f"--sizes={ALLREDUCE_SIZES}", f"--min-busbw-gbps={threshold:g}", "--json"],
+            args=[f"--sizes={ALLREDUCE_SIZES}", f"--min-busbw-gbps={threshold:g}", "--json", *transport],
             min_nodes=values.gpu_nodes,
             max_nodes=values.gpu_nodes,
             max_restarts=0,
@@ -82,6 +86,7 @@ class ValidationChart(cdk8s.Chart):
             f"--expected-efa={values.efa_devices}",
             f"--gpu-name={values.profile.gpu_model.split('-')[0]}",
             f"--dcgm-diag-level={dcgm_diag_level}",
+            "--kmsg=/dev/kmsg",
         ]
         pod_spec = gpu_pod_spec(
             values,
@@ -90,6 +95,11 @@ class ValidationChart(cdk8s.Chart):
             restart_policy="Never",
             affinity=one_pod_per_node(labels),
         )
+        # The Xid check reads the kernel log: the node's /dev/kmsg, privileged (as the Xid monitor).
+        pod_spec["volumes"].append({"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}})
+        (container,) = pod_spec["containers"]
+        container["volumeMounts"].append({"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True})
+        container["securityContext"] = {"privileged": True}
         api_object(
             self,
             "Health",

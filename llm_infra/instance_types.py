@@ -35,10 +35,13 @@ class InstanceProfile:
     network_cards: int
     efa_interfaces: int
     default_efa_layout: EfaLayout
-    # The all-reduce gate: minimum bus bandwidth (GB/s) at 2 GiB across 2+ nodes.
+    # The all-reduce gate: minimum bus bandwidth (GB/s) at 2 GiB across 2+ nodes (EFA bound) ...
     allreduce_busbw_gbps: float
     vcpus: int  # with two threads per core; HyperPod's ThreadsPerCore=1 halves it
     memory_gib: int
+    # ... and within one node (NVLink, or PCIe on g5/g6e). Conservative floors below what nccl-tests
+    # reports for healthy nodes; calibrate with your own runs.
+    single_node_busbw_gbps: float
 
     @property
     def efa_supported(self) -> bool:
@@ -50,17 +53,17 @@ class InstanceProfile:
 
 
 _PROFILES = [
-    InstanceProfile("p4d.24xlarge", 8, "A100-40GB", 40, 4, 4, EfaLayout.EFA_LEGACY, 40, 96, 1152),
-    InstanceProfile("p4de.24xlarge", 8, "A100-80GB", 80, 4, 4, EfaLayout.EFA_LEGACY, 40, 96, 1152),
-    InstanceProfile("p5.48xlarge", 8, "H100", 80, 32, 32, EfaLayout.EFA_ONLY, 375, 192, 2048),
-    InstanceProfile("p5e.48xlarge", 8, "H200", 141, 32, 32, EfaLayout.EFA_ONLY, 375, 192, 2048),
-    InstanceProfile("p5en.48xlarge", 8, "H200", 141, 16, 16, EfaLayout.EFA_ONLY, 375, 192, 2048),
-    InstanceProfile("g5.12xlarge", 4, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8, 48, 192),
-    InstanceProfile("g5.48xlarge", 8, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8, 192, 768),
-    InstanceProfile("g5.2xlarge", 1, "A10G", 24, 1, 0, EfaLayout.EFA_LEGACY, 1, 8, 32),
-    InstanceProfile("g6e.12xlarge", 4, "L40S", 48, 1, 1, EfaLayout.EFA_ONLY, 8, 48, 384),
-    InstanceProfile("g6e.48xlarge", 8, "L40S", 48, 4, 4, EfaLayout.EFA_ONLY, 40, 192, 1536),
-    InstanceProfile("g6e.2xlarge", 1, "L40S", 48, 1, 0, EfaLayout.EFA_ONLY, 1, 8, 64),
+    InstanceProfile("p4d.24xlarge", 8, "A100-40GB", 40, 4, 4, EfaLayout.EFA_LEGACY, 40, 96, 1152, 200),
+    InstanceProfile("p4de.24xlarge", 8, "A100-80GB", 80, 4, 4, EfaLayout.EFA_LEGACY, 40, 96, 1152, 200),
+    InstanceProfile("p5.48xlarge", 8, "H100", 80, 32, 32, EfaLayout.EFA_ONLY, 375, 192, 2048, 400),
+    InstanceProfile("p5e.48xlarge", 8, "H200", 141, 32, 32, EfaLayout.EFA_ONLY, 375, 192, 2048, 400),
+    InstanceProfile("p5en.48xlarge", 8, "H200", 141, 16, 16, EfaLayout.EFA_ONLY, 375, 192, 2048, 400),
+    InstanceProfile("g5.12xlarge", 4, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8, 48, 192, 8),
+    InstanceProfile("g5.48xlarge", 8, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8, 192, 768, 8),
+    InstanceProfile("g5.2xlarge", 1, "A10G", 24, 1, 0, EfaLayout.EFA_LEGACY, 1, 8, 32, 1),
+    InstanceProfile("g6e.12xlarge", 4, "L40S", 48, 1, 1, EfaLayout.EFA_ONLY, 8, 48, 384, 8),
+    InstanceProfile("g6e.48xlarge", 8, "L40S", 48, 4, 4, EfaLayout.EFA_ONLY, 40, 192, 1536, 8),
+    InstanceProfile("g6e.2xlarge", 1, "L40S", 48, 1, 0, EfaLayout.EFA_ONLY, 1, 8, 64, 1),
 ]
 
 INSTANCE_PROFILES: dict[str, InstanceProfile] = {p.instance_type: p for p in _PROFILES}

@@ -252,11 +252,23 @@ def test_validation_suite(eks) -> None:
     assert command[:2] == ["python3", "/workloads/health_check.py"]
     assert "--expected-gpus=8" in command and "--expected-efa=32" in command and "--gpu-name=H100" in command
     assert pod_spec(health)["affinity"]["podAntiAffinity"]  # one pod per node
+    # The Xid check reads the node's kernel log and fails closed without it; DCGM is on by default.
+    assert "--kmsg=/dev/kmsg" in command and "--dcgm-diag-level=1" in command
+    health_pod = pod_spec(health)
+    assert health_pod["containers"][0]["securityContext"] == {"privileged": True}
+    assert {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}} in health_pod["volumes"]
     allreduce = pod_spec(by_kind(eks, "PyTorchJob", "validation-2-allreduce"))["containers"][0]["command"]
     assert "/workloads/allreduce_bench.py" in allreduce and "--min-busbw-gbps=375" in allreduce
     assert "--sizes=8M,64M,512M,2G" in allreduce
+    assert "--expect-efa-transport" in allreduce  # two nodes over EFA: no socket fallback may pass
     training = pod_spec(by_kind(eks, "PyTorchJob", "validation-3-training"))["containers"][0]["command"]
     assert {"--preset=tiny", "--verdict", "--fail-at-step=30"} <= set(training)
+
+
+def test_one_node_gates_on_nvlink_bandwidth_without_an_efa_transport(tmp_path: Path) -> None:
+    charts = render(tmp_path, TrainingConfig(gpu_nodes=1))
+    allreduce = pod_spec(by_kind(charts, "PyTorchJob", "validation-2-allreduce"))["containers"][0]["command"]
+    assert "--min-busbw-gbps=400" in allreduce and "--expect-efa-transport" not in allreduce
 
 
 def test_xid_monitor_runs_on_every_gpu_node_even_unhealthy_ones(eks) -> None:
