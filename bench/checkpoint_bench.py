@@ -1,6 +1,6 @@
 """Checkpoint benchmarks, measured in one run on this machine; prints ratios (not a test).
 
-    python bench/checkpoint_bench.py [--preset tiny] [--dir /fsx/bench] [--repeats 3]
+    python bench/checkpoint_bench.py [--preset state-570mb] [--dir /fsx/bench] [--repeats 3]
 
 - async save stall / sync save time, same state, same disk (goal <= 0.1);
 - checkpoint write throughput / raw write throughput of the same number of bytes (goal >= 0.7).
@@ -24,7 +24,14 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workloads"))
 from checkpointing import CheckpointManager  # noqa: E402
-from model import PRESETS, Transformer  # noqa: E402
+from model import PRESETS, ModelArgs, Transformer  # noqa: E402
+
+# A model whose training state (fp32 weights + Adam's two moments: 12 bytes a parameter) is ~570 MB:
+# large enough that a checkpoint's fixed costs (planning, metadata, a file per rank) do not dominate.
+BENCH_PRESETS = {
+    **PRESETS,
+    "state-570mb": ModelArgs(dim=1024, n_layers=4, n_heads=16, n_kv_heads=8, ffn_hidden=2816, vocab_size=4096),
+}
 
 
 def folder_bytes(path: Path) -> int:
@@ -46,14 +53,14 @@ def raw_write_seconds(path: Path, size: int, chunk: int = 64 * 2**20) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS))
+    parser.add_argument("--preset", default="state-570mb", choices=sorted(BENCH_PRESETS))
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    model = Transformer(PRESETS[args.preset]).to(device)
+    model = Transformer(BENCH_PRESETS[args.preset]).to(device)
     optimizer = torch.optim.AdamW(model.parameters())
     model(torch.zeros(1, 8, dtype=torch.long, device=device)).sum().backward()
     optimizer.step()  # materialise the Adam moments: the state is ~3x the parameters
