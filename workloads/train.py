@@ -217,12 +217,17 @@ def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
     return model
 
 
+# The ops whose outputs selective activation checkpointing keeps (those this torch has).
 _SAVED_OPS = {
-    torch.ops.aten.mm.default,
-    torch.ops.aten._scaled_dot_product_flash_attention.default,
-    torch.ops.aten._scaled_dot_product_efficient_attention.default,
-    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    getattr(torch.ops.aten, name).default
+    for name in (
+        "mm",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    )
+    if hasattr(torch.ops.aten, name)
 }
 
 

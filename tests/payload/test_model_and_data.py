@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def test_flops_per_token() -> None:
     assert model.flops_per_token(tied, 1) == pytest.approx(6 * KNOWN_COUNTS["1b"], rel=1e-4)
 
 
-def test_meta_built_sharded_model_equals_an_eager_one(monkeypatch) -> None:
+@pytest.mark.parametrize("tied", [False, True])
+def test_meta_built_sharded_model_equals_an_eager_one(monkeypatch, tied: bool) -> None:
     # train.build_model: meta device, FSDP2, to_empty, then init: the same parameters as building the
     # whole model eagerly (and, the init being per whole parameter, for any world size).
     import torch.distributed as dist
@@ -59,17 +61,21 @@ def test_meta_built_sharded_model_equals_an_eager_one(monkeypatch) -> None:
 
     for name in ("MASTER_ADDR", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
+    args = dataclasses.replace(model.PRESETS["tiny"], tie_embeddings=tied)  # tied: one FSDP unit for both
+    monkeypatch.setitem(train.PRESETS, "tiny", args)
     runtime = train.init_distributed(60)
     try:
         config = train.TrainConfig(preset="tiny", seed=3)
         sharded = train.build_model(config, runtime)
-        eager = model.Transformer(model.PRESETS["tiny"])
+        eager = model.Transformer(args)
         eager.init_weights(3)
         full = {k: v.full_tensor() for k, v in sharded.state_dict().items()}
         assert full.keys() == eager.state_dict().keys()
         for key, value in eager.state_dict().items():
             assert torch.equal(full[key], value), key
         assert torch.equal(sharded.freqs, eager.freqs)  # the RoPE buffer is real after to_empty
+        if tied:
+            assert sharded.output.weight is sharded.tok_embeddings.weight
     finally:
         dist.destroy_process_group()
 
