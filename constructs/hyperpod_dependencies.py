@@ -105,7 +105,3 @@ class HyperPodDependencies(Construct):
     def helm_operators(self) -> str:
         """The ``HelmOperators`` parameter: ``key=true|false`` pairs, comma-separated."""
         return ",".join(f"{key}={str(on).lower()}" for key, on in self.switches.items())
-
-    @property
-    def enabled(self) -> frozenset[str]:
-        return frozenset(key for key, on in self.switches.items() if on)

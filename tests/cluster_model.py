@@ -33,6 +33,7 @@ import yaml
 from upstream_charts import PodTemplate
 
 from llm_infra.instance_types import INSTANCE_PROFILES
+from llm_infra.node_labels import INSTANCE_TYPE_LABEL
 
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
@@ -226,7 +227,7 @@ def nodes(templates: Templates, *, hyperpod_hugepages_mib: int = 0) -> list[Node
                     name=name,
                     labels={
                         **props.get("Labels", {}),
-                        "node.kubernetes.io/instance-type": instance_type,
+                        INSTANCE_TYPE_LABEL: instance_type,
                         "eks.amazonaws.com/nodegroup": logical_id,
                         "eks.amazonaws.com/capacityType": props.get("CapacityType", "ON_DEMAND"),
                         "kubernetes.io/os": "linux",
@@ -264,7 +265,7 @@ def nodes(templates: Templates, *, hyperpod_hugepages_mib: int = 0) -> list[Node
                         name=name,
                         labels={
                             **config.get("Labels", {}),
-                            "node.kubernetes.io/instance-type": instance_type,
+                            INSTANCE_TYPE_LABEL: instance_type,
                             "sagemaker.amazonaws.com/node-health-status": "Schedulable",
                             "kubernetes.io/os": "linux",
                             "kubernetes.io/arch": "amd64",

@@ -56,7 +56,7 @@ class Deployment:
     def nodes(self) -> list[Node]:
         return nodes(self.templates, hyperpod_hugepages_mib=self.hyperpod_hugepages_mib)
 
-    def helm_pods(self) -> list[PodTemplate]:
+    def installed_pods(self) -> list[PodTemplate]:
         """The pods of every EKS add-on, pinned Helm chart and AWS's HyperPod chart the stack installs."""
         pods = [
             pod
@@ -72,7 +72,7 @@ class Deployment:
 
     def deploy_pods(self) -> list[PodTemplate]:
         applied = [p for _, _, obj in applied_objects(self.templates) for p in pod_templates(obj)]
-        return self.helm_pods() + applied
+        return self.installed_pods() + applied
 
     def on_demand(self, name: str) -> list[PodTemplate]:
         return [p for obj in yaml_objects([self.dist[name]]) for p in pod_templates(obj)]

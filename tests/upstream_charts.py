@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llm_infra.instance_types import INSTANCE_PROFILES
+from llm_infra.node_labels import INSTANCE_TYPE_LABEL
 
 CRITICAL_ADDONS_ONLY = {"key": "CriticalAddonsOnly", "operator": "Exists"}
-HYPERPOD_INSTANCE_TYPE_TERM = "node.kubernetes.io/instance-type"
 
 
 def helm_coalesce(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -131,7 +131,7 @@ EFA_DEFAULT_INSTANCE_TYPES = [
     "g6e.48xlarge",
 ]
 EFA_DEFAULTS: dict[str, Any] = {
-    "supportedInstanceLabels": {"keys": [HYPERPOD_INSTANCE_TYPE_TERM], "values": EFA_DEFAULT_INSTANCE_TYPES},
+    "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": EFA_DEFAULT_INSTANCE_TYPES},
     "nodeSelector": {},
     "tolerations": [],
     "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
@@ -244,7 +244,7 @@ def hyperpod_chart(switches: Mapping[str, bool]) -> tuple[list[PodTemplate], fro
                         {
                             "matchExpressions": [
                                 {
-                                    "key": HYPERPOD_INSTANCE_TYPE_TERM,
+                                    "key": INSTANCE_TYPE_LABEL,
                                     "operator": "In",
                                     "values": HYPERPOD_HEALTH_AGENT_TYPES,
                                 }
@@ -329,7 +329,7 @@ def _cloudwatch_observability() -> list[PodTemplate]:
     # the operator without tolerations.
     linux = {"kubernetes.io/os": "linux"}
     gpu_types = [name for profile in INSTANCE_PROFILES for name in (profile, f"ml.{profile}")]
-    instance_type = {"key": HYPERPOD_INSTANCE_TYPE_TERM, "operator": "In", "values": gpu_types}
+    instance_type = {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": gpu_types}
 
     def daemon(name: str, requests: dict[str, str], *expressions: dict[str, Any]) -> PodTemplate:
         spec = _pod(
