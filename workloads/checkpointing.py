@@ -190,10 +190,6 @@ class CheckpointManager:
         pending.future.result()
         self._commit(pending.step, pending.tmp_dir, pending.started)
 
-    def estimated_save_seconds(self) -> float | None:
-        """How long a save takes until it is committed, as last measured on this rank."""
-        return self.last_durable_seconds
-
     def close(self) -> None:
         self.finalize()
 

@@ -350,7 +350,7 @@ def final_save_fits(checkpoints: CheckpointManager, stop: StopSignal, runtime: R
     """At a stop, save only if the slowest rank's last measured save fits the shortest time left
     before SIGKILL (with a 20 % margin); with no measurement yet, try (a killed save is never
     committed, so trying costs nothing but time)."""
-    estimate = checkpoints.estimated_save_seconds()
+    estimate = checkpoints.last_durable_seconds  # a save until committed, as last measured here
     slowest, negative_least_left = reduce_numbers(
         [0.0 if estimate is None else estimate, -stop.remaining_seconds()], runtime.device, dist.ReduceOp.MAX
     )

@@ -93,10 +93,7 @@ def test_a_final_save_happens_only_when_it_fits_the_budget(monkeypatch) -> None:
 
     class Checkpoints:
         def __init__(self, seconds: float | None) -> None:
-            self.seconds = seconds
-
-        def estimated_save_seconds(self) -> float | None:
-            return self.seconds
+            self.last_durable_seconds = seconds
 
     stop = train_module.StopSignal(budget_seconds=30.0)
     stop.requested_at = time.monotonic()
