@@ -48,6 +48,8 @@ class WorkloadValues:
     region: str
     hf_token_secret: str
     recipe: str = "llama2-7b"
+    # Jobs as HyperPodPyTorchJob (HyperPod training operator) instead of Kubeflow PyTorchJob.
+    hyperpod_training_operator: bool = False
     fsx: FsxVolume | None = None
     namespace: str = "training"
     service_account: str = "training"
@@ -73,6 +75,8 @@ class WorkloadValues:
             )
         if not self.image:
             raise ValueError("image: required (a DLC pytorch-training image URI)")
+        if self.hyperpod_training_operator and not self.hyperpod:
+            raise ValueError("hyperpod_training_operator: needs compute=hyperpod")
         if self.efa and not self.profile.efa_supported:
             raise ValueError(f"efa: {self.profile.instance_type} has no EFA; set efa=false")
 
@@ -104,5 +108,6 @@ class WorkloadValues:
             region=region,
             hf_token_secret=config.hf_token_secret_name,
             recipe=config.recipe,
+            hyperpod_training_operator=config.uses_hyperpod_training_operator,
             fsx=fsx,
         )

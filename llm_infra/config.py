@@ -109,6 +109,9 @@ class TrainingConfig:
     hyperpod_cpu_nodes: int = 0
     hyperpod_training_plan_arn: str | None = None
     hyperpod_tiered_checkpointing_percent: int | None = None
+    # Jobs as HyperPodPyTorchJob under the HyperPod training operator (EKS add-on); unset: on with
+    # compute=hyperpod. false keeps Kubeflow PyTorchJobs there too.
+    hyperpod_training_operator: bool | None = None
     operators: str = "aws-helm-stack"
     gpu_placement_group: str | None = None
     apply_jobs: bool = False
@@ -159,6 +162,13 @@ class TrainingConfig:
         if choice is None:
             return "create" if self.capacity == "on-demand" else None
         return None if choice == "none" else choice
+
+    @property
+    def uses_hyperpod_training_operator(self) -> bool:
+        """Whether jobs run as HyperPodPyTorchJob under the HyperPod training operator."""
+        if self.hyperpod_training_operator is None:
+            return self.compute == "hyperpod"
+        return self.hyperpod_training_operator
 
     @property
     def hyperpod_health_checks(self) -> tuple[str, ...]:
@@ -285,6 +295,8 @@ def _check(c: TrainingConfig) -> list[str]:
     errors += _one_of("recipe", c.recipe, RECIPES)
     if c.compute == "hyperpod":
         errors += _check_hyperpod(c)
+    elif c.hyperpod_training_operator:
+        errors.append("hyperpod_training_operator: needs compute=hyperpod (plain EKS runs Kubeflow PyTorchJobs)")
     if not re.fullmatch(r"[\w./-]+:[\w.-]+", c.ray_image):
         errors.append(
             f"ray_image: {c.ray_image!r} must be an image reference with a tag, e.g. rayproject/ray:2.60.0-py312-gpu"

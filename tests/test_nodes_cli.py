@@ -18,6 +18,7 @@ from botocore.stub import Stubber
 from moto.server import ThreadedMotoServer
 
 from llm_infra import cli
+from llm_infra.commands import hyperpod as hyperpod_commands
 from llm_infra.hyperpod_ops import batch_action, list_nodes, wait_until_running
 
 REGION = "us-east-1"
@@ -158,7 +159,7 @@ def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeyp
     )
     stub.add_response("list_cluster_nodes", node_page({"i-1": "Pending", "i-2": "Running"}), {"ClusterName": "hp"})
     stub.add_response("list_cluster_nodes", node_page({"i-1": "Running", "i-2": "Running"}), {"ClusterName": "hp"})
-    monkeypatch.setattr(cli, "aws_client", lambda args, service: client)
+    monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
     monkeypatch.setattr("llm_infra.hyperpod_ops.time.sleep", lambda seconds: None)
     with stub:
         code, out, err = run(
@@ -189,7 +190,9 @@ def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeyp
 
 def test_reboot_needs_confirmation(capsys, monkeypatch) -> None:
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
-    monkeypatch.setattr(cli, "aws_client", lambda args, service: pytest.fail("no AWS call before confirmation"))
+    monkeypatch.setattr(
+        hyperpod_commands, "aws_client", lambda args, service: pytest.fail("no AWS call before confirmation")
+    )
     code, _, err = run(capsys, "nodes", "reboot", "--cluster", "hp", "--node", "i-1")
     assert code == 1 and "aborted" in err
 

@@ -1,0 +1,1 @@
+"""The subcommands of ``llm-infra``, one module per group; each has ``register(commands)``."""

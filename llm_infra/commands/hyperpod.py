@@ -1,0 +1,120 @@
+"""``llm-infra nodes ...`` and ``llm-infra cluster status``: HyperPod nodes and clusters on boto3."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from llm_infra.terminal import print_table, progress_bar
+
+
+def register(commands: Any) -> None:
+    nodes = commands.add_parser("nodes", help="HyperPod cluster nodes").add_subparsers(
+        dest="nodes_command", required=True
+    )
+    list_parser = nodes.add_parser("list", help="all nodes (paginated), or only unhealthy ones")
+    add_aws_flags(list_parser)
+    list_parser.add_argument("--unhealthy", action="store_true", help="only nodes whose status is not Running")
+    list_parser.set_defaults(handler=run_nodes_list)
+    for action in ("replace", "reboot"):
+        act = nodes.add_parser(action, help=f"{action} nodes (BatchReplace/BatchRebootClusterNodes), then wait")
+        add_aws_flags(act)
+        act.add_argument("--node", dest="nodes", action="append", required=True, metavar="ID", help="repeatable")
+        act.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        act.add_argument("--no-wait", action="store_true", help="return once the API accepted the request")
+        act.add_argument("--timeout-minutes", type=float, default=60)
+        act.add_argument("--poll-seconds", type=float, default=30)
+        act.set_defaults(handler=run_nodes_action, action=action)
+
+    cluster = commands.add_parser("cluster", help="HyperPod cluster").add_subparsers(
+        dest="cluster_command", required=True
+    )
+    status = cluster.add_parser("status", help="the HyperPod and EKS clusters, and the stacks' outputs")
+    add_aws_flags(status)
+    status.add_argument("--stack-prefix", default="llm-infra", help="the app's project_name")
+    status.set_defaults(handler=run_cluster_status)
+
+
+def add_aws_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cluster", required=True, help="HyperPod cluster name")
+    parser.add_argument("--profile", help="AWS profile (default: the standard credential chain)")
+    parser.add_argument("--region", help="AWS region (default: the profile's or AWS_REGION)")
+    parser.add_argument("--endpoint-url", help="a local AWS endpoint, e.g. for tests")
+    parser.add_argument("--json", action="store_true", help="JSON output")
+
+
+def aws_client(args: argparse.Namespace, service: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.Session(profile_name=args.profile, region_name=args.region)
+    config = Config(retries={"mode": "standard", "max_attempts": 5})
+    return session.client(service, endpoint_url=args.endpoint_url, config=config)
+
+
+def run_nodes_list(args: argparse.Namespace) -> int:
+    from llm_infra.hyperpod_ops import list_nodes
+
+    nodes = list_nodes(aws_client(args, "sagemaker"), args.cluster, unhealthy_only=args.unhealthy)
+    if args.json:
+        print(json.dumps([n.__dict__ for n in nodes]))
+    else:
+        print_table(
+            ["node", "group", "type", "status", "launched"],
+            [[n.node_id, n.instance_group, n.instance_type, n.status, n.launch_time] for n in nodes],
+        )
+        print(f"{len(nodes)} nodes")
+    return 0
+
+
+def run_nodes_action(args: argparse.Namespace) -> int:
+    from llm_infra.hyperpod_ops import batch_action, wait_until_running
+
+    if not args.yes:
+        answer = input(f"{args.action} {len(args.nodes)} node(s) of {args.cluster}: {', '.join(args.nodes)}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("aborted", file=sys.stderr)
+            return 1
+    sagemaker = aws_client(args, "sagemaker")
+    result = batch_action(sagemaker, args.action, args.cluster, args.nodes)
+    for failure in result.failed:
+        print(f"failed: {failure['NodeId']}: {failure.get('ErrorCode')}: {failure.get('Message')}", file=sys.stderr)
+    pending: list[str] = []
+    if result.successful and not args.no_wait:
+        pending = wait_until_running(
+            sagemaker,
+            args.cluster,
+            result.successful,
+            timeout_seconds=args.timeout_minutes * 60,
+            poll_seconds=args.poll_seconds,
+            on_progress=progress_bar,
+        )
+        print(file=sys.stderr)
+    report: dict[str, Any] = {
+        "action": args.action,
+        "successful": result.successful,
+        "failed": result.failed,
+        "not_running_at_timeout": pending,
+    }
+    print(
+        json.dumps(report)
+        if args.json
+        else f"{args.action}: {len(result.successful)} accepted, {len(result.failed)} failed, {len(pending)} not back"
+    )
+    return 0 if not result.failed and not pending else 1
+
+
+def run_cluster_status(args: argparse.Namespace) -> int:
+    from llm_infra.hyperpod_ops import cluster_status
+
+    status = cluster_status(
+        aws_client(args, "sagemaker"),
+        aws_client(args, "eks"),
+        aws_client(args, "cloudformation"),
+        args.cluster,
+        args.stack_prefix,
+    )
+    print(json.dumps(status, indent=None if args.json else 2, default=str))
+    return 0
