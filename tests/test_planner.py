@@ -1,8 +1,10 @@
-"""`llm-infra plan` / `simulate`: Daly's vectors, analytic vs Monte-Carlo, presets, plot, bad input."""
+"""`llm-infra plan` / `simulate`: AWS's published figures (linear model), Daly's vectors, both models
+against the Monte-Carlo, presets, plot, bad input."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,21 +12,38 @@ from pathlib import Path
 import pytest
 
 from llm_infra.cli import main
-from llm_infra.planner import FAILURE_PRESETS, JobSpec, PlanError, expected_wall_hours, plan, simulate
+from llm_infra.planner import (
+    FAILURE_PRESETS,
+    RECOVERY_PRESETS,
+    STALL_PRESETS,
+    JobSpec,
+    PlanError,
+    daly_wall_hours,
+    plan,
+    simulate,
+    simulate_wall_hours,
+)
+from llm_infra.workloads.checkpoint_interval import daly_interval
 
-REQUIRED_KEYS = {
+RATIO_KEYS = {
+    "model",
     "job_mtbf_hours",
     "young_interval_minutes",
     "daly_interval_minutes",
+    "downtime_per_failure_minutes_auto",
+    "downtime_per_failure_minutes_manual",
+    "cost_per_failure_auto",
+    "cost_per_failure_manual",
     "goodput_auto",
     "goodput_manual",
-    "wall_days_ideal",
-    "wall_days_auto",
-    "wall_days_manual",
-    "cost_auto",
-    "cost_manual",
     "saving_fraction",
 }
+SIZED_KEYS = {"wall_days_ideal", "cost_ideal", "wall_days_auto", "wall_days_manual", "cost_auto", "cost_manual"}
+
+# AWS, "Reduce ML training costs with Amazon SageMaker HyperPod" (2025): 256 p5.48xlarge, 0.05 %
+# failures per instance-hour, downtime per failure 280 min (manual) vs 40 min (HyperPod), a 10M
+# GPU-hour job at $5 per GPU-hour (8 GPUs: $40 per instance-hour).
+AWS_EXAMPLE = ["--instances", "256", "--failure-rate", "0.05", "--gpu-hours", "1e7", "--price", "40"]
 
 
 def job(**changes: float) -> JobSpec:
@@ -47,6 +66,56 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def plan_json(capsys, *argv: str) -> dict:
+    code, out, err = run_cli(capsys, "plan", *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+# ---- the published figures ---------------------------------------------------------------------
+def test_aws_hyperpod_saving_32_percent_and_25_6_million(capsys) -> None:
+    # The presets are AWS's downtimes: 40 min automatic (HyperPod), 280 min manual.
+    linear = plan_json(capsys, *AWS_EXAMPLE, "--model", "linear")
+    assert linear["model"] == "linear"
+    assert linear["downtime_per_failure_minutes_auto"] == 40 and linear["downtime_per_failure_minutes_manual"] == 280
+    assert linear["saving_fraction"] == pytest.approx(0.32, abs=0.005)
+    assert linear["cost_manual"] - linear["cost_auto"] == pytest.approx(25.6e6, rel=1e-3)
+    assert linear["cost_ideal"] == pytest.approx(1e7 * 5)
+    # Daly's model also counts failures during a recovery (e^(R/M)): a larger saving for the same inputs.
+    daly = plan_json(capsys, *AWS_EXAMPLE, "--model", "daly")
+    assert daly["saving_fraction"] == pytest.approx(0.40, abs=0.01)
+    assert daly["goodput_manual"] < linear["goodput_manual"] and daly["goodput_auto"] < linear["goodput_auto"]
+
+
+def test_llama3_70b_takes_132_days_on_256_p5(capsys) -> None:
+    # AWS (same post): Llama 3 70B took 6.5M H100 GPU-hours, about 132 days on 256 p5.48xlarge.
+    result = plan_json(capsys, "--instances", "256", "--failure-rate", "0.05", "--gpu-hours", "6.5e6")
+    assert result["wall_days_ideal"] == pytest.approx(132, abs=0.5)
+
+
+def test_a_failure_every_5_hours_at_512_instances_without_a_job_size(capsys) -> None:
+    # AWS (same post): at 0.04 % failures per instance-hour, 512 instances fail about every 5 hours.
+    result = plan_json(capsys, "--instances", "512", "--failure-rate", "0.04")
+    assert result["job_mtbf_hours"] == pytest.approx(5, abs=0.15)
+    assert set(result) == RATIO_KEYS  # no wall days, no dollars without a job size
+    assert 0 < result["goodput_manual"] < result["goodput_auto"] < 1 and 0 < result["saving_fraction"] < 1
+
+
+def test_cost_per_failure_is_instances_x_price_x_downtime(capsys) -> None:
+    result = plan_json(capsys, *AWS_EXAMPLE, "--model", "linear", "--lost-work-minutes", "30")
+    assert result["downtime_per_failure_minutes_auto"] == pytest.approx(40 + 30)
+    assert result["cost_per_failure_auto"] == pytest.approx(256 * 40 * 70 / 60)
+    assert result["cost_per_failure_manual"] == pytest.approx(256 * 40 * 310 / 60)
+    # AWS's linear model: wall = ideal x (1 + instances x failures per instance-hour x downtime)
+    assert result["goodput_auto"] == pytest.approx(1 / (1 + 256 * 0.0005 * 70 / 60))
+    daly = plan_json(capsys, *AWS_EXAMPLE, "--model", "daly", "--lost-work-minutes", "30")
+    interval, mtbf = daly["daly_interval_minutes"], daly["job_mtbf_hours"] * 60
+    # Daly's own lost work: about half a checkpoint segment, whatever --lost-work-minutes says.
+    assert daly["downtime_per_failure_minutes_auto"] - 40 == pytest.approx((interval + 1) / 2, rel=0.05)
+    assert daly["cost_per_failure_auto"] == pytest.approx(256 * 40 * daly["downtime_per_failure_minutes_auto"] / 60)
+    assert interval < mtbf
+
+
 @pytest.mark.parametrize(("mtbf_minutes", "expected"), [(24 * 60, 117), (6 * 60, 57), (15, 9.1)])
 def test_daly_vectors_through_the_planner(mtbf_minutes: float, expected: float) -> None:
     # One instance whose MTBF is M, a 5-minute checkpoint: Daly's 2006 table.
@@ -55,58 +124,68 @@ def test_daly_vectors_through_the_planner(mtbf_minutes: float, expected: float) 
     assert result.young_interval_minutes == pytest.approx((2 * 5 * mtbf_minutes) ** 0.5)
 
 
-def test_plan_json_has_every_key_and_consistent_numbers(capsys) -> None:
-    code, out, _ = run_cli(
-        capsys,
-        "plan",
-        "--instances",
-        "256",
-        "--failure-rate",
-        "0.0588",
-        "--gpu-hours",
-        "2e6",
-        "--checkpoint-stall",
-        "60",
-        "--recovery-auto",
-        "10",
-        "--recovery-manual",
-        "120",
-        "--price",
-        "55.04",
-        "--json",
-    )
-    assert code == 0
-    result = json.loads(out)
-    assert set(result) >= REQUIRED_KEYS
+# ---- output ---------------------------------------------------------------------------------------
+def test_plan_json_carries_the_chosen_model_with_consistent_numbers(capsys) -> None:
+    argv = ["--instances", "256", "--failure-rate", "0.0588", "--gpu-hours", "2e6", "--price", "55.04"]
+    argv += ["--checkpoint-stall", "60", "--recovery-auto", "10", "--recovery-manual", "120"]
+    result = plan_json(capsys, *argv)
+    assert set(result) == RATIO_KEYS | SIZED_KEYS and result["model"] == "daly"  # the default
     assert result["job_mtbf_hours"] == pytest.approx(100 / 0.0588 / 256)
     assert result["wall_days_ideal"] == pytest.approx(2e6 / (256 * 8) / 24)
     assert result["wall_days_ideal"] < result["wall_days_auto"] < result["wall_days_manual"]
     assert 0 < result["goodput_manual"] < result["goodput_auto"] < 1
     assert result["cost_auto"] == pytest.approx(result["wall_days_auto"] * 24 * 256 * 55.04)
     assert result["saving_fraction"] == pytest.approx(1 - result["cost_auto"] / result["cost_manual"])
+    linear = plan_json(capsys, *argv, "--model", "linear")
+    assert linear["wall_days_auto"] == pytest.approx(result["wall_days_ideal"] * (1 + 256 * 0.000588 * 10 / 60))
 
 
-def test_the_table_output_and_presets(capsys) -> None:
+def test_the_table_shows_both_models_and_the_presets(capsys) -> None:
     code, out, _ = run_cli(
-        capsys,
-        "plan",
-        "--instances",
-        "512",
-        "--failure-preset",
-        "llama3-16k-h100",
-        "--tokens",
-        "15e12",
-        "--params",
-        "8e9",
-        "--mfu",
-        "0.4",
-    )
+        capsys, "plan", "--instances", "512", "--failure-preset", "llama3-16k-h100", "--tokens", "15e12",
+        "--params", "8e9", "--model", "linear",
+    )  # fmt: skip
     assert code == 0
-    assert "auto recovery" in out and "manual recovery" in out and "Daly" in out
+    rows = re.findall(r"^(daly|linear)( \*)?\s+(auto|manual) ", out, re.MULTILINE)
+    assert rows == [("daly", "", "auto"), ("daly", "", "manual"), ("linear", " *", "auto"), ("linear", " *", "manual")]
+    assert "40.0 min" in out and "280.0 min" in out  # the default recovery presets
     assert f"instance MTBF {100 / FAILURE_PRESETS['llama3-16k-h100']:,.0f} h" in out
     assert "$55.04/instance-hour" in out  # the p5.48xlarge price preset
+    assert "daly: automatic recovery saves" in out and "linear: automatic recovery saves" in out
 
 
+def test_without_a_job_size_the_table_has_no_days_or_dollars(capsys) -> None:
+    code, out, _ = run_cli(capsys, "plan", "--instances", "512", "--failure-rate", "0.04")
+    assert code == 0
+    assert "no job size" in out and "wall days" not in out and "cost $" not in out
+    assert "of wall time\n" in out  # a saving fraction, no dollar figure
+
+
+@pytest.mark.parametrize(
+    ("flag", "preset", "key", "value"),
+    [
+        ("--recovery-auto", "hyperpod-checkpointless", "downtime_per_failure_minutes_auto", 2.0),
+        ("--recovery-manual", "hyperpod-auto", "downtime_per_failure_minutes_manual", 40.0),
+    ],
+)
+def test_recovery_presets(capsys, flag: str, preset: str, key: str, value: float) -> None:
+    assert RECOVERY_PRESETS[preset].value == value
+    assert plan_json(capsys, *AWS_EXAMPLE, "--model", "linear", flag, preset)[key] == value
+
+
+def test_the_tiered_checkpointing_stall_preset(capsys) -> None:
+    tiered = plan_json(capsys, *AWS_EXAMPLE, "--checkpoint-stall", "tiered")
+    seconds = plan_json(capsys, *AWS_EXAMPLE, "--checkpoint-stall", str(STALL_PRESETS["tiered"].value))
+    assert tiered == seconds
+    assert tiered["young_interval_minutes"] == pytest.approx((2 * 10 / 60 * 7.8125 * 60) ** 0.5)
+
+
+def test_every_preset_names_its_aws_source() -> None:
+    for preset in [*RECOVERY_PRESETS.values(), *STALL_PRESETS.values()]:
+        assert "https://aws.amazon.com/blogs/machine-learning/" in preset.source
+
+
+# ---- the models against the Monte-Carlo --------------------------------------------------------------
 @pytest.mark.parametrize(
     "changes",
     [
@@ -116,9 +195,9 @@ def test_the_table_output_and_presets(capsys) -> None:
         {"instances": 64, "recovery_auto_hours": 0.5, "recovery_manual_hours": 4.0},
     ],
 )
-def test_monte_carlo_agrees_with_the_analytic_model(changes: dict) -> None:
+def test_monte_carlo_agrees_with_daly(changes: dict) -> None:
     spec = job(**changes)
-    analytic = plan(spec)
+    analytic = plan(spec).daly
     simulated = simulate(spec, trials=400, seed=7)
     for mode in ("auto", "manual"):
         expected = getattr(analytic, f"wall_days_{mode}")
@@ -126,11 +205,51 @@ def test_monte_carlo_agrees_with_the_analytic_model(changes: dict) -> None:
         assert abs(simulated[f"wall_days_{mode}"] - expected) <= tolerance, (mode, simulated, analytic)
 
 
-def test_simulation_is_seeded(capsys) -> None:
+@pytest.mark.parametrize(
+    ("instances", "instance_mtbf_hours", "stall_seconds", "recovery_hours", "dominates"),
+    [
+        (64, 2000, 0.1, 1.0, "downtime"),
+        (32, 2000, 0.1, 2.0, "downtime"),
+        (128, 4000, 0.1, 0.5, "downtime"),
+        (64, 2000, 300, 0.0, "checkpointing"),
+        (256, 1700, 600, 1 / 60, "checkpointing"),
+        (32, 2000, 120, 0.0, "checkpointing"),
+    ],
+)
+def test_the_linear_model_holds_when_downtime_dominates_daly_when_checkpointing_does(
+    instances: int, instance_mtbf_hours: float, stall_seconds: float, recovery_hours: float, dominates: str
+) -> None:
+    spec = job(
+        instances=instances,
+        instance_mtbf_hours=instance_mtbf_hours,
+        checkpoint_stall_hours=stall_seconds / 3600,
+        recovery_auto_hours=recovery_hours,
+        gpu_hours=instances * 8 * 600.0,
+    )
+    assert spec.ideal_hours is not None
+    result = plan(spec)
+    interval, mtbf = result.daly_interval_minutes / 60, spec.job_mtbf_hours
+    walls = simulate_wall_hours(
+        spec.ideal_hours, interval, spec.checkpoint_stall_hours, recovery_hours, mtbf, trials=100, seed=3
+    )
+    # The time lost to failures and checkpoints, as a fraction of the failure-free time.
+    simulated = sum(walls) / len(walls) / spec.ideal_hours - 1
+    stderr = (sum((w / spec.ideal_hours - 1 - simulated) ** 2 for w in walls) / (len(walls) - 1) / len(walls)) ** 0.5
+    linear, daly = 1 / result.linear.goodput_auto - 1, 1 / result.daly.goodput_auto - 1
+    assert abs(simulated - daly) <= 3 * stderr + 0.02 * simulated  # Daly's model holds throughout
+    if dominates == "downtime":
+        assert abs(simulated - linear) <= 3 * stderr + 0.1 * simulated
+    else:  # the linear model counts no checkpoint stall and no lost work: it misses nearly all of it
+        assert linear < 0.1 * simulated
+
+
+def test_simulation_is_seeded_and_prints_both_models(capsys) -> None:
     argv = ["simulate", "--instances", "64", "--mtbf-hours", "2000", "--gpu-hours", "5e4", "--trials", "50", "--json"]
     first, second = run_cli(capsys, *argv)[1], run_cli(capsys, *argv)[1]
     assert first == second
     assert json.loads(first)["simulated"]["trials"] == 50
+    code, out, _ = run_cli(capsys, *argv[:-1])
+    assert code == 0 and "Daly wall days" in out and "linear wall days" in out
 
 
 def test_checkpointing_more_or_less_often_than_daly_costs_more() -> None:
@@ -138,11 +257,13 @@ def test_checkpointing_more_or_less_often_than_daly_costs_more() -> None:
     best = plan(spec).daly_interval_minutes / 60
 
     def at(interval: float) -> float:
-        return expected_wall_hours(
+        assert spec.ideal_hours is not None
+        return daly_wall_hours(
             spec.ideal_hours, interval, spec.checkpoint_stall_hours, spec.recovery_auto_hours, spec.job_mtbf_hours
         )
 
     assert at(best) < at(best / 3) and at(best) < at(best * 3)
+    assert best == daly_interval(spec.checkpoint_stall_hours, spec.job_mtbf_hours)
 
 
 def test_plot_writes_a_png(capsys, tmp_path: Path) -> None:
@@ -155,6 +276,7 @@ def test_plot_writes_a_png(capsys, tmp_path: Path) -> None:
     assert path.stat().st_size > 20_000
 
 
+# ---- bad input ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -167,20 +289,34 @@ def test_plot_writes_a_png(capsys, tmp_path: Path) -> None:
         ),
         (["--instances", "8", "--mtbf-hours", "100", "--tokens", "1e12"], "--tokens needs --params"),
         (["--instances", "8", "--mtbf-hours", "100", "--gpu-hours", "-5"], "the job size must be > 0"),
+        (
+            ["--instances", "8", "--mtbf-hours", "100", "--recovery-auto", "fast"],
+            "--recovery-auto: 'fast' is neither a number nor a preset (manual, hyperpod-auto, hyperpod-checkpointless)",
+        ),
+        (["--instances", "8", "--mtbf-hours", "100", "--checkpoint-stall", "slow"], "--checkpoint-stall: 'slow'"),
+        (["--instances", "8", "--mtbf-hours", "100", "--lost-work-minutes", "-1"], "--lost-work-minutes: -1 must"),
+        (["--instances", "8", "--mtbf-hours", "100", "--plot", "x.png"], "--plot: needs a job size"),
     ],
 )
-def test_bad_input_exits_2_with_the_flag(capsys, argv: list[str], message: str) -> None:
+def test_bad_input_exits_2_with_one_line_naming_the_flag(capsys, argv: list[str], message: str) -> None:
     code, _, err = run_cli(capsys, "plan", *argv)
     assert code == 2
-    assert message in err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_needs_a_job_size(capsys) -> None:
+    code, _, err = run_cli(capsys, "simulate", "--instances", "8", "--mtbf-hours", "100")
+    assert code == 2 and "--gpu-hours or --tokens: simulate needs a job size" in err
 
 
 def test_argparse_errors_exit_2_too() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "llm_infra.cli", "plan", "--instances", "8"], capture_output=True, text=True
+        [sys.executable, "-m", "llm_infra.cli", "plan", "--instances", "8", "--mtbf-hours", "9", "--model", "aws"],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 2
-    assert "one of the arguments --failure-rate --mtbf-hours --failure-preset is required" in result.stderr
+    assert "llm-infra plan: error: argument --model: invalid choice: 'aws'" in result.stderr
 
 
 def test_plan_error_is_a_value_error_naming_the_flag() -> None:

@@ -1,0 +1,169 @@
+"""What a training run measured, for the planner: read from the payload's JSON lines and from
+``llm-infra drill``'s report.
+
+The payload's records (one JSON object a line, each stamped with ``time``, seconds since the epoch):
+``workloads/train.py`` ``emit`` on stdout: ``{"event": "start", "world_size", "device", "restart",
+"resumed_from"}``, ``{"event": "step", "step", "tokens_per_s", "step_time_s"}``, ``{"event": "summary",
+"tokens_per_s"}``; ``workloads/throughput.py``: ``{"event": "throughput", "step", "tokens_per_s"}``;
+``workloads/checkpointing.py``: ``{"event": "checkpoint", "step", "seconds", "stall_seconds"}``
+(``seconds`` from the save's start until it is committed; ``stall_seconds`` how long training was
+blocked by it, absent from older payloads); ``workloads/faults.py`` on stderr: ``{"event": "fault",
+"step"}``. Start, step and throughput lines come from every node, the rest from rank 0 only: pass
+rank 0's pod log, both streams (``kubectl logs`` gives both), to measure everything.
+
+The drill's report, one JSON object (also accepted as a line): ``{"kind": "llm-infra/drill",
+"version": 1, "compute", "fault", "node", "phases_seconds": {...}, "recovery_seconds"}`` with
+``recovery_seconds`` from the injected fault to the first training step after the resume, or null
+when the drill did not see one.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llm_infra.drill import DRILL_KIND, DRILL_VERSION
+from llm_infra.planner import PlanError
+
+
+@dataclass(frozen=True)
+class Measurement:
+    value: float
+    how: str  # what was measured, in words
+
+
+@dataclass(frozen=True)
+class RunMeasurements:
+    """A run's measured plan inputs; None where the logs do not say."""
+
+    checkpoint_seconds: Measurement | None = None
+    recovery_seconds: Measurement | None = None
+    tokens_per_gpu_second: Measurement | None = None
+    step_seconds: Measurement | None = None
+
+
+def read_runs(paths: Iterable[str]) -> RunMeasurements:
+    """The measurements in the payload logs and drill reports at ``paths`` (``--from-run``)."""
+    records: list[dict[str, Any]] = []
+    for path in paths:
+        records.extend(_records(Path(path)))
+    drills = [r for r in records if r.get("kind") == DRILL_KIND]
+    events = sorted((r for r in records if "event" in r and isinstance(r.get("time"), int | float)), key=_time)
+    return RunMeasurements(
+        checkpoint_seconds=_checkpoint_seconds(events),
+        recovery_seconds=_drill_recovery(drills) or _payload_recovery(events),
+        tokens_per_gpu_second=_tokens_per_gpu_second(events),
+        step_seconds=_median(
+            [r["step_time_s"] for r in events if r["event"] == "step" and r.get("step_time_s")], "median step time"
+        ),
+    )
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise PlanError(f"--from-run: {path}: {err.strerror or err}") from None
+    try:  # a drill report, possibly indented over several lines
+        whole = json.loads(text)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict) and whole.get("kind") == DRILL_KIND:
+        records = [whole]
+    else:
+        records = [record for line in text.splitlines() if (record := _json_object_in(line)) is not None]
+    for record in records:
+        if record.get("kind") == DRILL_KIND and record.get("version") != DRILL_VERSION:
+            raise PlanError(
+                f"--from-run: {path}: drill report version {record.get('version')!r} is not supported "
+                f"(this planner reads version {DRILL_VERSION})"
+            )
+    if not any("event" in r or r.get("kind") == DRILL_KIND for r in records):
+        raise PlanError(f"--from-run: {path}: no payload JSON lines (train.py) and no llm-infra drill report in it")
+    return records
+
+
+def _json_object_in(line: str) -> dict[str, Any] | None:
+    """The JSON object on a log line, after any prefix a log collector adds (a timestamp, a rank)."""
+    start = line.find("{")
+    if start < 0:
+        return None
+    try:
+        record = json.loads(line[start:])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _time(record: dict[str, Any]) -> float:
+    return float(record["time"])
+
+
+def _median(values: list[float], how: str) -> Measurement | None:
+    if not values:
+        return None
+    return Measurement(statistics.median(values), f"{how}, {len(values)} sample{'s' * (len(values) > 1)}")
+
+
+def _checkpoint_seconds(events: list[dict[str, Any]]) -> Measurement | None:
+    """The median stall a checkpoint costs training; from logs without ``stall_seconds``, the median
+    save until committed, an upper bound (an async save stalls training only while it stages)."""
+    checkpoints = [r for r in events if r["event"] == "checkpoint"]
+    stalls = [r["stall_seconds"] for r in checkpoints if isinstance(r.get("stall_seconds"), int | float)]
+    if stalls:
+        return _median(stalls, "median checkpoint stall (training blocked by the save)")
+    seconds = [r["seconds"] for r in checkpoints if isinstance(r.get("seconds"), int | float)]
+    return _median(seconds, "median checkpoint save until committed (an upper bound on the stall)")
+
+
+def _drill_recovery(drills: list[dict[str, Any]]) -> Measurement | None:
+    measured = [d for d in drills if isinstance(d.get("recovery_seconds"), int | float)]
+    if not measured:
+        return None
+    faults = ", ".join(sorted({f"{d.get('fault')} on {d.get('compute')}" for d in measured}))
+    return _median(
+        [d["recovery_seconds"] for d in measured], f"llm-infra drill: fault to first step after the resume ({faults})"
+    )
+
+
+def _payload_recovery(events: list[dict[str, Any]]) -> Measurement | None:
+    """Each fault to the first step finished after the next restart (a step line, or a throughput
+    line with tokens: log every step for precision)."""
+    recoveries = []
+    restarts = [r for r in events if r["event"] == "start" and (r.get("restart") or 0) > 0]
+    for fault in (r for r in events if r["event"] == "fault"):
+        restart = next((r for r in restarts if _time(r) > _time(fault)), None)
+        if restart is None:
+            continue
+        resumed = next(
+            (
+                r
+                for r in events
+                if _time(r) > _time(restart)
+                and (r["event"] == "step" or (r["event"] == "throughput" and (r.get("tokens_per_s") or 0) > 0))
+            ),
+            None,
+        )
+        if resumed is not None:
+            recoveries.append(_time(resumed) - _time(fault))
+    return _median(recoveries, "payload: injected fault to first step after the restart")
+
+
+def _tokens_per_gpu_second(events: list[dict[str, Any]]) -> Measurement | None:
+    """Per-step tokens/s over the world size of the attempt that logged it (the run summary's when no
+    step was logged)."""
+    world_size, device = 0, "?"
+    per_step: list[float] = []
+    per_summary: list[float] = []
+    for record in events:
+        if record["event"] == "start":
+            world_size, device = int(record.get("world_size") or 0), str(record.get("device", "?"))
+        elif record["event"] in ("step", "summary") and world_size and record.get("tokens_per_s"):
+            (per_step if record["event"] == "step" else per_summary).append(record["tokens_per_s"] / world_size)
+    if per_step:
+        return _median(per_step, f"median tokens/s of a step per rank ({device})")
+    return _median(per_summary, f"run summary tokens/s per rank ({device})")
