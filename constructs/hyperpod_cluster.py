@@ -38,7 +38,12 @@ HYPERPOD_INSTANCE_TYPES = tuple(sorted(f"ml.{name}" for name in INSTANCE_PROFILE
 
 @dataclass(frozen=True)
 class HyperPodInstanceGroup:
-    """One HyperPod instance group. ``storage_volumes_gib``: at most one EBS volume (HyperPod's limit)."""
+    """One HyperPod instance group. ``storage_volumes_gib``: at most one EBS volume (HyperPod's limit).
+
+    GPU groups (``gpu=True``) carry the ``nvidia.com/gpu`` NoSchedule taint; CPU groups no taint. Each
+    node is labelled ``llm-infra.aws/node-role`` (``node_role``: ``gpu`` or ``cpu`` unless ``labels``
+    sets it) and ``llm-infra.aws/efa``, plus ``labels``.
+    """
 
     name: str
     instance_type: str = "ml.p5.48xlarge"
@@ -50,6 +55,11 @@ class HyperPodInstanceGroup:
     image_id: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     gpu: bool = True
+
+    @property
+    def node_role(self) -> str:
+        """The nodes' ``llm-infra.aws/node-role`` label."""
+        return self.labels.get(NODE_ROLE_LABEL, "gpu" if self.gpu else "cpu")
 
     def validate(self) -> None:
         where = f"instance_groups[{self.name}]"
@@ -96,7 +106,14 @@ class HyperPodCluster(Construct):
     - ``Orchestrator.Eks.ClusterArn`` points at the given EKS cluster; ``NodeRecovery: Automatic``
       by default, so HyperPod reboots or replaces instances that its health-monitoring agent or
       the deep health checks (``InstanceStress``, ``InstanceConnectivity``) find faulty;
+    - ``NodeProvisioningMode: Continuous`` by default (``continuous_provisioning``): instance groups
+      stay InService while they scale, HyperPod provisions what capacity it gets and keeps retrying
+      the rest, and ``BatchAddClusterNodes`` works (it needs this mode); ``False`` leaves the
+      property out, the standard all-or-nothing scaling;
     - ``VpcConfig``: the GPU subnet and the given security groups (the EFA group among them);
+    - ``instance_groups`` (attribute): the groups, each with its labels and taints
+      (``KubernetesConfig``); HyperPod adds its own labels, ``sagemaker.amazonaws.com/compute-type``
+      among them;
     - lifecycle scripts from ``hyperpod_lifecycle/``, every file of the folder (plus ``lifecycle.env``
       with ``lifecycle_environment``) uploaded by ``cdk deploy`` to a bucket of the construct and
       referenced by ``LifeCycleConfig``;
@@ -117,6 +134,7 @@ class HyperPodCluster(Construct):
         security_groups: list[ec2.ISecurityGroup],
         instance_groups: list[HyperPodInstanceGroup],
         node_recovery: str = "Automatic",
+        continuous_provisioning: bool = True,
         tiered_checkpointing_memory_percent: int | None = None,
         cluster_name: str,
         lifecycle_scripts: Path = LIFECYCLE_SCRIPTS,
@@ -130,6 +148,7 @@ class HyperPodCluster(Construct):
             raise ValueError(f"instance_groups: names must be unique, got {names}")
         for group in instance_groups:
             group.validate()
+        self.instance_groups = tuple(instance_groups)
         if node_recovery not in HYPERPOD_NODE_RECOVERY:
             raise ValueError(
                 f"node_recovery: {node_recovery!r} is not allowed; allowed: {', '.join(HYPERPOD_NODE_RECOVERY)}"
@@ -176,6 +195,8 @@ class HyperPodCluster(Construct):
                 eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=cluster.cluster_arn)
             ),
             node_recovery=node_recovery,
+            # The API's only value; absent = standard scaling (SageMaker API ClusterNodeProvisioningMode).
+            node_provisioning_mode="Continuous" if continuous_provisioning else None,
             vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
                 subnets=[subnet.subnet_id],
                 security_group_ids=[sg.security_group_id for sg in security_groups],
@@ -205,7 +226,7 @@ class HyperPodCluster(Construct):
         self, group: HyperPodInstanceGroup, lifecycle: sagemaker.CfnCluster.ClusterLifeCycleConfigProperty
     ) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
         efa = group.gpu and instance_profile(group.instance_type).efa_supported
-        labels = {NODE_ROLE_LABEL: "gpu" if group.gpu else "cpu", EFA_LABEL: str(efa).lower(), **group.labels}
+        labels = {EFA_LABEL: str(efa).lower(), **group.labels, NODE_ROLE_LABEL: group.node_role}
         taints = (
             [sagemaker.CfnCluster.ClusterKubernetesTaintProperty(key=GPU_TAINT_KEY, value="true", effect="NoSchedule")]
             if group.gpu

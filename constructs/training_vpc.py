@@ -15,6 +15,10 @@ INTERFACE_ENDPOINTS = {
     "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
     "CloudWatchLogs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
     "SageMakerApi": ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_API,
+    # EKS Pod Identity: the agent on every node exchanges tokens at eks-auth; the HyperPod training
+    # operator's install needs it (with sagemaker.api) from private subnets (docs:
+    # sagemaker-eks-operator-install, prerequisites).
+    "EksAuth": ec2.InterfaceVpcEndpointAwsService.EKS_AUTH,
 }
 
 
@@ -27,7 +31,8 @@ class TrainingVpc(Construct):
       per AZ ID; AZ names map to different IDs in every account). All GPU nodes and the FSx file
       system live in it, so EFA traffic never crosses subnets;
     - an S3 gateway endpoint (routes of every private subnet including the GPU subnet), interface
-      endpoints for ECR api/dkr, STS, CloudWatch Logs and the SageMaker API, and VPC flow logs.
+      endpoints for ECR api/dkr, STS, CloudWatch Logs, the SageMaker API and EKS Auth (Pod Identity),
+      and VPC flow logs.
     """
 
     def __init__(

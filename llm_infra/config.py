@@ -19,9 +19,12 @@ from llm_infra.service_limits import (
     FSX_PERSISTENT_2_CAPACITY_RULE,
     FSX_PERSISTENT_2_THROUGHPUTS,
     HYPERPOD_DEEP_HEALTH_CHECKS,
+    HYPERPOD_ELASTIC_AGENT_TORCH,
+    HYPERPOD_NODE_PROVISIONING,
     HYPERPOD_NODE_RECOVERY,
     fsx_persistent_2_capacity_ok,
 )
+from llm_infra.versions import HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 COMPUTE_MODES = ("eks", "hyperpod")
 # Both compute modes: "SageMaker HyperPod supports Kubernetes versions 1.30, 1.31, 1.32, 1.33, 1.34,
@@ -58,6 +61,11 @@ _ACCOUNT = re.compile(r"^\d{12}$")
 _REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _DLC_TAG = re.compile(r"^\d+\.\d+(\.\d+)?-gpu-py\d{2,3}-cu\d{3}-[a-z]+\d+\.\d+-(ec2|sagemaker)(-v[\w.-]+)?$")
+_RAY_VERSION = re.compile(r"\d+\.\d+\.\d+")
+RAY_MIN_VERSION = (2, 52, 0)
+# The Ray version in an image tag: a dash-separated part "ray2.60.0", else a leading "2.60.0" (rayproject style).
+_RAY_IN_TAG = re.compile(r"(?:^|-)ray(\d+\.\d+\.\d+)(?=-|$)")
+_LEADING_VERSION_IN_TAG = re.compile(r"^(\d+\.\d+\.\d+)(?=-|$)")
 _EMAIL = re.compile(r"^[^@\s,]+@[^@\s,]+\.[^@\s,]+$")
 RECIPES = ("llama2-7b", "llama3-8b")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
@@ -103,12 +111,20 @@ class TrainingConfig:
     data_bucket: str | None = None
     data_prefix: str = "datasets/"
     dlc_image_tag: str = "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
-    ray_image: str = "rayproject/ray:2.60.0-py312-gpu"
+    # The Ray head and workers' image: torch, Ray ray_version (named in its tag) and the EFA libraries,
+    # i.e. workloads/Dockerfile built and pushed (unset: the image that image_asset=true builds from it).
+    ray_image: str | None = None
+    ray_version: str = "2.60.0"
     hyperpod_node_recovery: str = "Automatic"
     hyperpod_deep_health_checks: str = "InstanceStress,InstanceConnectivity"
-    hyperpod_cpu_nodes: int = 0
+    # HyperPod CPU instance group (ml.m5.2xlarge); unset: 1 with the HyperPod training operator (its
+    # controller runs there), else 0.
+    hyperpod_cpu_nodes: int | None = None
     hyperpod_training_plan_arn: str | None = None
     hyperpod_tiered_checkpointing_percent: int | None = None
+    # continuous: NodeProvisioningMode Continuous (partial provisioning, retries, BatchAddClusterNodes);
+    # standard: HyperPod's all-or-nothing scaling.
+    hyperpod_node_provisioning: str = "continuous"
     # Jobs as HyperPodPyTorchJob under the HyperPod training operator (EKS add-on); unset: on with
     # compute=hyperpod. false keeps Kubeflow PyTorchJobs there too.
     hyperpod_training_operator: bool | None = None
@@ -169,6 +185,13 @@ class TrainingConfig:
         if self.hyperpod_training_operator is None:
             return self.compute == "hyperpod"
         return self.hyperpod_training_operator
+
+    @property
+    def hyperpod_cpu_count(self) -> int:
+        """Instances in the HyperPod CPU instance group (0: no such group)."""
+        if self.hyperpod_cpu_nodes is None:
+            return 1 if self.uses_hyperpod_training_operator else 0
+        return self.hyperpod_cpu_nodes
 
     @property
     def hyperpod_health_checks(self) -> tuple[str, ...]:
@@ -297,10 +320,7 @@ def _check(c: TrainingConfig) -> list[str]:
         errors += _check_hyperpod(c)
     elif c.hyperpod_training_operator:
         errors.append("hyperpod_training_operator: needs compute=hyperpod (plain EKS runs Kubeflow PyTorchJobs)")
-    if not re.fullmatch(r"[\w./-]+:[\w.-]+", c.ray_image):
-        errors.append(
-            f"ray_image: {c.ray_image!r} must be an image reference with a tag, e.g. rayproject/ray:2.60.0-py312-gpu"
-        )
+    errors += _check_ray(c)
     if not c.dlc_image_tag:
         errors.append("dlc_image_tag: required, e.g. 2.8.0-gpu-py312-cu129-ubuntu22.04-ec2")
     elif not _DLC_TAG.match(c.dlc_image_tag):
@@ -421,7 +441,7 @@ def _check_hyperpod(c: TrainingConfig) -> list[str]:
             f"hyperpod_deep_health_checks: unknown {', '.join(unknown)}; "
             f"allowed: {', '.join(HYPERPOD_DEEP_HEALTH_CHECKS)}"
         )
-    if c.hyperpod_cpu_nodes < 0:
+    if c.hyperpod_cpu_count < 0:
         errors.append(f"hyperpod_cpu_nodes: {c.hyperpod_cpu_nodes} must be >= 0")
     if c.capacity_reservation_id or c.gpu_capacity not in (None, "on-demand"):
         errors.append(
@@ -433,4 +453,60 @@ def _check_hyperpod(c: TrainingConfig) -> list[str]:
     pct = c.hyperpod_tiered_checkpointing_percent
     if pct is not None and not 1 <= pct <= 100:
         errors.append(f"hyperpod_tiered_checkpointing_percent: {pct} must lie in 1..100")
+    errors += _one_of("hyperpod_node_provisioning", c.hyperpod_node_provisioning, HYPERPOD_NODE_PROVISIONING)
+    if c.uses_hyperpod_training_operator:
+        errors += _check_hyperpod_training_operator(c)
     return errors
+
+
+def _check_hyperpod_training_operator(c: TrainingConfig) -> list[str]:
+    """The operator add-on exists for some Kubernetes versions; its launcher for some torch releases."""
+    errors: list[str] = []
+    way_out = "or set hyperpod_training_operator=false to run Kubeflow PyTorchJobs"
+    if c.hyperpod_cpu_count == 0:
+        errors.append(
+            "hyperpod_cpu_nodes: 0 leaves the HyperPod training operator's controller no node (it runs on the "
+            f"HyperPod CPU instance group); allowed: 1 or more ({way_out})"
+        )
+    if c.kubernetes_version in KUBERNETES_VERSIONS and c.kubernetes_version not in HYPERPOD_TRAINING_OPERATOR_ADDONS:
+        errors.append(
+            f"kubernetes_version: {c.kubernetes_version!r} has no HyperPod training operator add-on; "
+            f"allowed: {', '.join(HYPERPOD_TRAINING_OPERATOR_ADDONS)} ({way_out})"
+        )
+    torch = re.match(r"(\d+)\.(\d+)[.-]", c.dlc_image_tag)
+    low, high = HYPERPOD_ELASTIC_AGENT_TORCH
+    if torch and not low <= (int(torch[1]), int(torch[2])) < high:
+        errors.append(
+            f"dlc_image_tag: {c.dlc_image_tag!r} has PyTorch {torch[1]}.{torch[2]}, which the HyperPod elastic "
+            f"agent (hyperpodrun) does not support; allowed: PyTorch {low[0]}.{low[1]} up to, not including, "
+            f"{high[0]}.{high[1]} ({way_out})"
+        )
+    return errors
+
+
+def _check_ray(c: TrainingConfig) -> list[str]:
+    """The Ray version, and an explicit Ray image: it must say which Ray it holds, and hold torch."""
+    if not _RAY_VERSION.fullmatch(c.ray_version):
+        return [f"ray_version: {c.ray_version!r} must be a Ray release such as 2.60.0"]
+    if tuple(map(int, c.ray_version.split("."))) < RAY_MIN_VERSION:
+        minimum = ".".join(map(str, RAY_MIN_VERSION))
+        return [f"ray_version: {c.ray_version} is older than {minimum} (KubeRay's token authentication, Ray Train v2)"]
+    if c.ray_image is None:
+        return []
+    example = f"<account>.dkr.ecr.<region>.amazonaws.com/llm-infra-training:{c.dlc_image_tag}-ray{c.ray_version}"
+    if not re.fullmatch(r"[\w./-]+:[\w.-]+", c.ray_image):
+        return [f"ray_image: {c.ray_image!r} must be an image reference with a tag, e.g. {example}"]
+    if c.ray_image.split(":", 1)[0].endswith("rayproject/ray"):
+        return [
+            f"ray_image: {c.ray_image!r} has neither torch nor the EFA libraries; build workloads/Dockerfile "
+            f"(the DLC training image with Ray baked in), push it and name it here, e.g. {example}"
+        ]
+    tag = c.ray_image.rsplit(":", 1)[1]
+    versions = _RAY_IN_TAG.findall(tag) or _LEADING_VERSION_IN_TAG.findall(tag)
+    if c.ray_version not in versions:
+        named = f"names Ray {', '.join(versions)}" if versions else "names no Ray version"
+        return [
+            f"ray_image: the tag of {c.ray_image!r} {named}; the cluster runs Ray {c.ray_version} (ray_version): "
+            f"tag the image with the Ray it holds, e.g. {example}"
+        ]
+    return []

@@ -17,3 +17,19 @@ FSX_PERSISTENT_2_CAPACITY_RULE = "1200 or a multiple of 2400"
 HYPERPOD_DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
 HYPERPOD_DEEP_HEALTH_CHECK_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en")
 HYPERPOD_NODE_RECOVERY = ("Automatic", "None")
+# NodeProvisioningMode: the API knows only "Continuous"; left out, HyperPod scales the standard way
+# (botocore sagemaker 2017-07-24 ClusterNodeProvisioningMode; cfn-lint schema AWS::SageMaker::Cluster).
+# BatchAddClusterNodes works only on Continuous clusters (its API documentation).
+HYPERPOD_NODE_PROVISIONING = ("continuous", "standard")
+
+# SageMaker HyperPod training operator (EKS add-on amazon-sagemaker-hyperpod-training-operator). Its
+# controller runs in this namespace under this service account, the pair its Pod Identity association
+# names (docs: sagemaker-eks-operator-install, "create-pod-identity-association ... --namespace
+# aws-hyperpod --service-account hp-training-operator-controller-manager").
+HYPERPOD_TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
+HYPERPOD_TRAINING_OPERATOR_SERVICE_ACCOUNT = "hp-training-operator-controller-manager"
+# The torch releases its launcher supports: PyPI hyperpod-elastic-agent 1.1.3 (`hyperpodrun`, which
+# every HyperPodPyTorchJob container runs) requires torch>=2.4.0,<2.12.0. AWS's operator page still
+# lists 2.4.0-2.7.1, written for agent 1.0; agent 1.1.2 was released "to support torch v2.6+"
+# (awslabs/awsome-distributed-ai #1022) and AWS's FSDP example runs it with torch 2.9.1.
+HYPERPOD_ELASTIC_AGENT_TORCH = ((2, 4), (2, 12))  # [lowest, first unsupported) (major, minor)

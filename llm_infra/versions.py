@@ -54,6 +54,21 @@ EKS_ADDONS: dict[str, dict[str, str]] = {
     },
 }
 
+# The add-ons of the HyperPod training operator (compute=hyperpod), per Kubernetes version; a version
+# missing here cannot run the operator (the config says so at synth time).
+HYPERPOD_TRAINING_OPERATOR_ADDONS: dict[str, dict[str, str]] = {
+    version: {
+        # awslabs/awsome-distributed-ai 414d4da (PR #1076, from DescribeAddonVersions): "v1.2.1-eksbuild.1
+        # (now the default across K8s 1.28-1.35)", installed and ACTIVE on a HyperPod EKS cluster.
+        "amazon-sagemaker-hyperpod-training-operator": "v1.2.1-eksbuild.1",
+        # EKS community add-on. cert-manager 1.19 supports Kubernetes 1.31-1.35 (cert-manager.io
+        # releases table, cert-manager/website #2007); the v1.19.1-eksbuild.1 build is in public EKS
+        # Terraform. To confirm with `aws eks describe-addon-versions --addon-name cert-manager`.
+        "cert-manager": "v1.19.1-eksbuild.1",
+    }
+    for version in ("1.34", "1.35")
+}
+
 NVIDIA_DEVICE_PLUGIN = HelmChartPin(
     chart="nvidia-device-plugin",
     repository="https://nvidia.github.io/k8s-device-plugin",

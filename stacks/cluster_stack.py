@@ -5,24 +5,26 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from constructs import Construct
+from constructs import Construct, DependencyGroup, IDependable
 
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.gpu_node_group import GpuNodeGroup
 from llm_infra.constructs.hugging_face_token import HuggingFaceToken
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInstanceGroup
 from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies, chart_switches
+from llm_infra.constructs.hyperpod_training_operator import HyperPodTrainingOperator
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
 from llm_infra.constructs.training_cluster import TrainingCluster
 from llm_infra.constructs.training_job_role import TrainingJobRole
 from llm_infra.constructs.training_observability import TrainingObservability
 from llm_infra.k8s_manifests.values import WorkloadValues
-from llm_infra.stacks.workloads import ClusterWorkloads
+from llm_infra.stacks.workloads import ClusterWorkloads, training_image_tag_prefix
 
 
 class ClusterStack(cdk.Stack):
     """The EKS cluster with its GPU capacity (managed node group or HyperPod), the operators and charts
-    applied at deploy, the jobs' Pod Identity roles, the dashboard and alarms."""
+    applied at deploy (on HyperPod also the HyperPod training operator, unless configured off), the
+    jobs' Pod Identity roles, the dashboard and alarms."""
 
     def __init__(
         self,
@@ -40,6 +42,11 @@ class ClusterStack(cdk.Stack):
         workloads: WorkloadValues,
         **kwargs: object,
     ) -> None:
+        if config.image_asset:  # the built image's tag names its Ray: ray2.60.0-<asset hash>
+            kwargs.setdefault(
+                "synthesizer",
+                cdk.DefaultStackSynthesizer(docker_tag_prefix=training_image_tag_prefix(config.ray_version)),
+            )
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
         self.training_cluster = TrainingCluster(
             self,
@@ -67,9 +74,14 @@ class ClusterStack(cdk.Stack):
             self.operators.node.add_dependency(self.training_cluster.system_nodegroup)
         self.gpu_nodes: GpuNodeGroup | None = None
         self.hyperpod: HyperPodCluster | None = None
+        self.training_operator: HyperPodTrainingOperator | None = None
         if config.compute == "hyperpod":
             self.hyperpod = self._hyperpod(config, gpu_subnet, efa_security_group)
             cdk.CfnOutput(self, "HyperPodClusterName", value=self.hyperpod.cluster_name)
+            if config.uses_hyperpod_training_operator:
+                self.training_operator = HyperPodTrainingOperator(
+                    self, "HyperPodTrainingOperator", training_cluster=self.training_cluster, hyperpod=self.hyperpod
+                )
         else:
             self.gpu_nodes = self._gpu_node_group(config, gpu_subnet, efa_security_group)
         self.job_role = TrainingJobRole(
@@ -95,9 +107,11 @@ class ClusterStack(cdk.Stack):
             training_cluster=self.training_cluster,
             values=workloads,
             apply_jobs=config.apply_jobs,
-            training_operator=self.operators,
+            training_operator=self._job_operators(),
             image_asset=config.image_asset,
         )
+        if self.workloads.training_image is not None:  # k8s_manifests/render.py reads it for the Ray pods
+            cdk.CfnOutput(self, "TrainingImageUri", value=self.workloads.training_image.image_uri)
         self.observability = self._observability(config, workloads)
         cdk.CfnOutput(self, "ClusterName", value=self.training_cluster.cluster_name)
         cdk.CfnOutput(self, "ClusterArn", value=self.training_cluster.cluster_arn)
@@ -107,6 +121,14 @@ class ClusterStack(cdk.Stack):
             "UpdateKubeconfig",
             value=f"aws eks update-kubeconfig --region {self.region} --name {self.training_cluster.cluster_name}",
         )
+
+    def _job_operators(self) -> IDependable | None:
+        """What applied jobs wait for: the Kubeflow training operator (PyTorchJob), and the HyperPod
+        training operator (HyperPodPyTorchJob) where it is on."""
+        installers: list[IDependable] = [self.operators] if self.operators is not None else []
+        if self.training_operator is not None:
+            installers.append(self.training_operator.addon)
+        return DependencyGroup(*installers) if installers else None
 
     def _allow_lustre_from_cluster_nodes(self, fsx_security_group: ec2.ISecurityGroup) -> None:
         """Lustre from every node that carries the cluster security group: system nodes (the
@@ -190,12 +212,12 @@ class ClusterStack(cdk.Stack):
                 training_plan_arn=config.hyperpod_training_plan_arn,
             )
         ]
-        if config.hyperpod_cpu_nodes:
+        if config.hyperpod_cpu_count:
             groups.append(
                 HyperPodInstanceGroup(
                     name="cpu",
                     instance_type="ml.m5.2xlarge",
-                    count=config.hyperpod_cpu_nodes,
+                    count=config.hyperpod_cpu_count,
                     storage_volumes_gib=(),
                     deep_health_checks=(),
                     gpu=False,
@@ -210,6 +232,7 @@ class ClusterStack(cdk.Stack):
             security_groups=[efa_security_group, self.training_cluster.cluster_security_group],
             instance_groups=groups,
             node_recovery=config.hyperpod_node_recovery,
+            continuous_provisioning=config.hyperpod_node_provisioning == "continuous",
             tiered_checkpointing_memory_percent=config.hyperpod_tiered_checkpointing_percent,
             lifecycle_environment={"HUGEPAGES_2MIB": str(config.hugepages_2mib)},
         )

@@ -94,6 +94,20 @@ def test_capacity_reservation_id_implies_reservation_capacity() -> None:
         ({"data_prefix": "/datasets"}, ["data_prefix: '/datasets'"]),
         ({"dlc_image_tag": ""}, ["dlc_image_tag: required"]),
         ({"dlc_image_tag": "latest"}, ["dlc_image_tag: 'latest' is not a DLC pytorch-training GPU tag"]),
+        (
+            {"compute": "hyperpod", "dlc_image_tag": "2.12.0-gpu-py312-cu130-ubuntu24.04-ec2"},
+            ["dlc_image_tag:", "PyTorch 2.12", "hyperpod_training_operator=false"],
+        ),
+        ({"compute": "hyperpod", "hyperpod_node_provisioning": "fast"}, ["allowed: continuous, standard"]),
+        (
+            {"compute": "hyperpod", "hyperpod_cpu_nodes": "0"},
+            [
+                "hyperpod_cpu_nodes: 0 leaves the HyperPod training operator's controller no node",
+                "allowed: 1 or more",
+                "hyperpod_training_operator=false",
+            ],
+        ),
+        ({"compute": "hyperpod", "hyperpod_cpu_nodes": "-1"}, ["hyperpod_cpu_nodes: -1 must be >= 0"]),
         ({"account": "12345"}, ["account: '12345' must be a 12-digit"]),
         ({"admin_role_arn": "arn:aws:iam::123456789012:user/bob"}, ["admin_role_arn"]),
         ({"gpu_node": "4"}, ["gpu_node: unknown config key", "gpu_nodes"]),

@@ -12,6 +12,7 @@ from aws_cdk import aws_eks_v2 as eks
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.constructs.hyperpod_cluster import LIFECYCLE_SCRIPTS, HyperPodCluster, HyperPodInstanceGroup
+from llm_infra.node_labels import NODE_ROLE_LABEL
 
 CLUSTER = "-cluster"
 
@@ -41,7 +42,7 @@ def test_orchestrator_is_a_reference_to_our_eks_cluster(hyperpod_app) -> None:
 def test_resilience_settings(hyperpod_app) -> None:
     props = sagemaker_cluster(hyperpod_app)["Properties"]
     assert props["NodeRecovery"] == "Automatic"
-    (gpu,) = props["InstanceGroups"]
+    gpu, _ = props["InstanceGroups"]  # and the CPU group, below
     assert gpu["InstanceType"] == "ml.p5.48xlarge"
     assert gpu["InstanceCount"] == 2
     assert gpu["ThreadsPerCore"] == 1
@@ -196,6 +197,18 @@ def test_cpu_group_training_plan_and_tiered_checkpointing(synth) -> None:
     assert props["TieredStorageConfig"] == {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}
 
 
+def test_a_cpu_group_by_default_only_with_the_training_operator(hyperpod_app, synth) -> None:
+    # The training operator's controller runs there (HyperPodTrainingOperator); AWS's reference
+    # HyperPod EKS cluster has the same general-purpose group: one ml.m5.2xlarge, ThreadsPerCore 1
+    # (awslabs/awsome-distributed-ai 1.architectures/7.sagemaker-hyperpod-eks/cfn-templates/nested-stacks/
+    # main-stack.yaml, GeneralPurposeInstance*).
+    _, cpu = sagemaker_cluster(hyperpod_app)["Properties"]["InstanceGroups"]
+    assert (cpu["InstanceType"], cpu["InstanceCount"], cpu["ThreadsPerCore"]) == ("ml.m5.2xlarge", 1, 1)
+    assert cpu["KubernetesConfig"]["Labels"][NODE_ROLE_LABEL] == "cpu" and "Taints" not in cpu["KubernetesConfig"]
+    without = synth(hyperpod_config(hyperpod_training_operator=False, hyperpod_node_provisioning="standard"))
+    assert [g["InstanceGroupName"] for g in sagemaker_cluster(without)["Properties"]["InstanceGroups"]] == ["gpu"]
+
+
 # ---- bad input ---------------------------------------------------------------------------------
 def make_cluster(**group_changes: object) -> None:
     app = cdk.App()
@@ -261,6 +274,10 @@ def test_bad_instance_groups_fail_at_synth(changes: dict, message: str) -> None:
         ({"gpu_placement_group": "my-pg"}, "gpu_placement_group: HyperPod places its instances itself"),
         ({"hyperpod_tiered_checkpointing_percent": 0}, "hyperpod_tiered_checkpointing_percent: 0 must lie in 1..100"),
         ({"gpu_nodes": 0}, "gpu_nodes: 0 must be >= 1"),
+        (
+            {"hyperpod_node_provisioning": "Continuous"},
+            "hyperpod_node_provisioning: 'Continuous' is not allowed; allowed: continuous, standard",
+        ),
     ],
 )
 def test_bad_hyperpod_config_fails_with_the_key(changes: dict, message: str) -> None:

@@ -163,7 +163,7 @@ def test_vpc_endpoints_and_flow_logs(default_app) -> None:
     network = default_app.template(NETWORK)
     endpoints = [v["Properties"] for v in network["Resources"].values() if v["Type"] == "AWS::EC2::VPCEndpoint"]
     services = sorted(str(e["ServiceName"]) for e in endpoints)
-    for service in ("ecr.api", "ecr.dkr", "sts", "logs", "sagemaker.api", "s3"):
+    for service in ("ecr.api", "ecr.dkr", "sts", "logs", "sagemaker.api", "eks-auth", "s3"):
         assert any(service in s for s in services), (service, services)
     gateway = [e for e in endpoints if e.get("VpcEndpointType") == "Gateway"]
     assert len(gateway[0]["RouteTableIds"]) == 3  # two private subnets + the GPU subnet
@@ -171,7 +171,7 @@ def test_vpc_endpoints_and_flow_logs(default_app) -> None:
     # Interface endpoints admit the GPU subnet (secondary CIDR) on 443.
     sgs = [v["Properties"] for v in network["Resources"].values() if v["Type"] == "AWS::EC2::SecurityGroup"]
     endpoint_sgs = [sg for sg in sgs if "10.1.0.0/16" in str(sg.get("SecurityGroupIngress"))]
-    assert len(endpoint_sgs) == 5
+    assert len(endpoint_sgs) == len([e for e in endpoints if e.get("VpcEndpointType") == "Interface"])
 
 
 def test_az_id_rule_guards_the_region_when_synthesized_environment_agnostic(default_app, synth) -> None:
@@ -286,9 +286,12 @@ def test_training_policy_reads_data_prefix_and_writes_checkpoints_only(default_a
             "s3:PutObject",
             "s3:DeleteObject",
             "s3:AbortMultipartUpload",
+            "s3:GetBucketLocation",  # tiered checkpointing's S3 tier
         ]
     )
     assert all(s["Effect"] == "Allow" and "*" not in str(s["Action"]) for s in statements)
+    (location,) = [s for s in statements if s["Action"] == "s3:GetBucketLocation"]
+    assert "Checkpoints" in str(location["Resource"]) and "/*" not in str(location["Resource"])
     data_list = [s for s in statements if s["Action"] == "s3:ListBucket" and "Condition" in s]
     assert data_list[0]["Condition"] == {"StringLike": {"s3:prefix": ["datasets/*"]}}
     writes = [s for s in statements if "s3:PutObject" in s["Action"]]

@@ -10,6 +10,7 @@ resource requests, replicas, DaemonSet or not.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,16 @@ from llm_infra.instance_types import INSTANCE_PROFILES
 from llm_infra.node_labels import INSTANCE_TYPE_LABEL
 
 CRITICAL_ADDONS_ONLY = {"key": "CriticalAddonsOnly", "operator": "Exists"}
+# HyperPod labels each of its nodes with this (value as in published listings of HyperPod nodes, e.g.
+# awslabs/awsome-distributed-ai 4.validation_and_observability/5.nsight/EKS/llama3_2_1b-fsdp-nsight.yaml:
+# "sagemaker.amazonaws.com/compute-type: hyperpod  # For HyperPod EKS").
+HYPERPOD_COMPUTE_TYPE_LABEL = "sagemaker.amazonaws.com/compute-type"
+HYPERPOD_COMPUTE_TYPE = "hyperpod"
+# How an EKS add-on may combine configuration values with its defaults: a given map replaces the
+# default one, or Helm coalesces them (given keys are added to the default map; only null deletes one).
+REPLACE = "replace"
+HELM_MERGE = "helm-merge"
+VALUE_MERGES = (REPLACE, HELM_MERGE)
 
 
 def helm_coalesce(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -32,6 +43,16 @@ def helm_coalesce(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> 
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def combine(default: Any, given: Any, merge: str) -> Any:
+    """One value as the chart renders it: ``given`` (None: not given) combined with ``default``."""
+    assert merge in VALUE_MERGES, merge
+    if given is None:
+        return copy.deepcopy(default)
+    if merge == HELM_MERGE and isinstance(default, Mapping) and isinstance(given, Mapping):
+        return helm_coalesce(default, given)
+    return copy.deepcopy(given)
 
 
 @dataclass(frozen=True)
@@ -348,22 +369,79 @@ def _cloudwatch_observability() -> list[PodTemplate]:
     ]
 
 
-# add-on name -> (the version prefix the model was read at, its pods)
-EKS_ADDONS: dict[str, tuple[str, Callable[[], list[PodTemplate]]]] = {
-    "vpc-cni": ("v1.20", _vpc_cni),
-    "coredns": ("v1.12", _coredns),
-    "kube-proxy": ("v1.", _kube_proxy),
-    "eks-pod-identity-agent": ("v1.3", _pod_identity_agent),
-    "aws-fsx-csi-driver": ("v1.7", _fsx_csi_driver),
-    "amazon-cloudwatch-observability": ("v4.6", _cloudwatch_observability),
+CERT_MANAGER_DEFAULTS: dict[str, Any] = {"nodeSelector": {"kubernetes.io/os": "linux"}, "tolerations": []}
+
+
+def _cert_manager(values: dict[str, Any], merge: str) -> list[PodTemplate]:
+    # cert-manager/cert-manager v1.19.1 (commit a22e21e), deploy/charts/cert-manager: the controller, the
+    # webhook and the cainjector, one replica each, nodeSelector kubernetes.io/os=linux, no affinity,
+    # tolerations or resources (values.yaml; templates/*deployment.yaml render them as given). The
+    # startupapicheck Job is a Helm hook that ends; it holds no node.
+    components = {
+        "cert-manager": values,
+        "cert-manager-webhook": values.get("webhook") or {},
+        "cert-manager-cainjector": values.get("cainjector") or {},
+    }
+    pods = []
+    for name, given in components.items():
+        v = {key: combine(default, given.get(key), merge) for key, default in CERT_MANAGER_DEFAULTS.items()}
+        pods.append(PodTemplate(name, _pod(node_selector=v["nodeSelector"], tolerations=v["tolerations"])))
+    return pods
+
+
+HYPERPOD_TRAINING_OPERATOR_CONTROLLER = "hp-training-operator-controller-manager"
+
+
+def _hyperpod_training_operator(values: dict[str, Any], merge: str) -> list[PodTemplate]:
+    # amazon-sagemaker-hyperpod-training-operator: no public chart. AWS documents its parameters (docs:
+    # sagemaker-eks-operator-install, "The table below describes all parameters"): the controller
+    # requests 1 CPU and 2Gi, and hpTrainingControllerManager.nodeSelector, by default the HyperPod nodes
+    # (sagemaker.amazonaws.com/compute-type). Modelled: one replica, no tolerations; how the add-on
+    # combines a given nodeSelector with that default is not published, hence ``merge``.
+    manager = values.get("hpTrainingControllerManager") or {}
+    default = {HYPERPOD_COMPUTE_TYPE_LABEL: HYPERPOD_COMPUTE_TYPE}
+    node_selector = combine(default, manager.get("nodeSelector"), merge)
+    spec = _pod(node_selector=node_selector, requests={"cpu": "1", "memory": "2Gi"})
+    return [PodTemplate(HYPERPOD_TRAINING_OPERATOR_CONTROLLER, spec)]
+
+
+AddonRender = Callable[[dict[str, Any], str], list[PodTemplate]]
+
+
+def _unconfigurable(render: Callable[[], list[PodTemplate]]) -> AddonRender:
+    """A model that reads no configuration values: given some, it fails rather than ignore them."""
+
+    def checked(values: dict[str, Any], merge: str) -> list[PodTemplate]:
+        assert not values, f"the model reads no configuration values, got {values}"
+        return render()
+
+    return checked
+
+
+# add-on name -> (the version prefix the model was read at, its pods for the add-on's configuration values
+# and the way they combine with its defaults)
+EKS_ADDONS: dict[str, tuple[str, AddonRender]] = {
+    "vpc-cni": ("v1.20", _unconfigurable(_vpc_cni)),
+    "coredns": ("v1.12", _unconfigurable(_coredns)),
+    "kube-proxy": ("v1.", _unconfigurable(_kube_proxy)),
+    "eks-pod-identity-agent": ("v1.3", _unconfigurable(_pod_identity_agent)),
+    "aws-fsx-csi-driver": ("v1.7", _unconfigurable(_fsx_csi_driver)),
+    "amazon-cloudwatch-observability": ("v4.6", _unconfigurable(_cloudwatch_observability)),
+    "cert-manager": ("v1.19", _cert_manager),
+    "amazon-sagemaker-hyperpod-training-operator": ("v1.2", _hyperpod_training_operator),
 }
 
 
-def addon_pods(name: str, version: str) -> list[PodTemplate]:
+def addon_pods(
+    name: str, version: str, configuration_values: str | None = None, *, merge: str = HELM_MERGE
+) -> list[PodTemplate]:
+    """The pods of an EKS add-on; ``configuration_values`` as in ``AWS::EKS::Addon`` (a JSON string),
+    combined with the add-on's defaults by ``merge`` (EKS applies them as Helm values: ``HELM_MERGE``,
+    unless the add-on's packaging does otherwise)."""
     read_at, render = EKS_ADDONS.get(name, ("", None))
     if render is None or not version.startswith(read_at):
         raise AssertionError(
             f"no contract model for EKS add-on {name} {version}: read its upstream chart or manifest at that "
             "version and add one to tests/upstream_charts.py"
         )
-    return render()
+    return render(json.loads(configuration_values) if configuration_values else {}, merge)
