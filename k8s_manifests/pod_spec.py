@@ -108,7 +108,13 @@ def gpu_pod_spec(
     affinity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A pod spec that takes a whole GPU node: every GPU and EFA device, shm, FSx, the payload."""
-    env = nccl_env(values) + [{"name": k, "value": v} for k, v in (extra_env or {}).items()]
+    # AWS SDKs in the pod (tiered checkpointing's S3 tier, boto3) need the region; Pod Identity gives
+    # credentials only.
+    env = [
+        {"name": "AWS_REGION", "value": values.region},
+        *nccl_env(values),
+        *({"name": k, "value": v} for k, v in (extra_env or {}).items()),
+    ]
     container: dict[str, Any] = {
         "name": container_name,
         "image": image or values.image,

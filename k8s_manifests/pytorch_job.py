@@ -15,7 +15,7 @@ JOB_LABEL = "llm-infra.aws/job"
 RDZV_PORT = 29400
 
 
-def pytorch_job(
+def kubeflow_pytorch_job(
     scope: Construct,
     construct_id: str,
     *,
@@ -23,10 +23,10 @@ def pytorch_job(
     name: str,
     script: str,
     args: list[str],
-    nodes: int | None = None,
-    min_nodes: int | None = None,
-    max_nodes: int | None = None,
-    max_restarts: int | None = None,
+    nodes: int,
+    min_nodes: int,
+    max_nodes: int,
+    max_restarts: int,
 ) -> cdk8s.ApiObject:
     """torchrun ``/workloads/<script>`` on ``nodes`` GPU nodes, rendezvous c10d, elastic min..max.
 
@@ -35,11 +35,6 @@ def pytorch_job(
     payload resumes from its last complete checkpoint. In HyperPod mode the job also carries the
     auto-resume annotations.
     """
-    nodes = nodes or values.gpu_nodes
-    min_nodes = min_nodes or min(values.gpu_nodes_min, nodes)
-    max_nodes = max_nodes or max(values.gpu_nodes_max, nodes)
-    if not 1 <= min_nodes <= nodes <= max_nodes:
-        raise ValueError(f"{name}: nodes must satisfy 1 <= min <= nodes <= max, got {min_nodes}/{nodes}/{max_nodes}")
     labels = {JOB_LABEL: name}
     command = ["torchrun", f"--nproc-per-node={values.profile.gpus}", f"{WORKLOADS_MOUNT}/{script}", *args]
     pod_spec = gpu_pod_spec(
@@ -66,7 +61,7 @@ def pytorch_job(
                     "rdzvPort": RDZV_PORT,
                     "minReplicas": min_nodes,
                     "maxReplicas": max_nodes,
-                    "maxRestarts": values.max_restarts if max_restarts is None else max_restarts,
+                    "maxRestarts": max_restarts,
                 },
                 "nprocPerNode": str(values.profile.gpus),
                 "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": values.job_max_retries},

@@ -136,7 +136,7 @@ class DataPrepChart(cdk8s.Chart):
 def recipe_training_chart(
     scope: Construct, construct_id: str, *, values: WorkloadValues, recipe: Recipe
 ) -> TrainingJobChart:
-    """The recipe's PyTorchJob: FSDP2 on every GPU node, reading :func:`token_file`, async
+    """The recipe's training job: FSDP2 on every GPU node, reading :func:`token_file`, async
     checkpoints at the Young/Daly interval of the job's MTBF (node MTBF / nodes)."""
     return TrainingJobChart(
         scope,

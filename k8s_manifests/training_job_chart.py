@@ -5,16 +5,29 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
-from llm_infra.k8s_manifests.pytorch_job import pytorch_job
+from llm_infra.k8s_manifests.training_job import training_job
 from llm_infra.k8s_manifests.values import WorkloadValues
 
 
-class TrainingJobChart(cdk8s.Chart):
-    """A PyTorchJob that trains ``preset`` for ``steps`` with checkpoints on FSx.
+def checkpoint_args(values: WorkloadValues, *, directory: str, name: str) -> list[str]:
+    """train.py's checkpoint directory, and with the HyperPod memory tier its tiered-checkpointing
+    flags (every save to the memory tier, every ``tiered_s3_every``-th also to S3 under ``name``)."""
+    args = [f"--checkpoint-dir={directory}"]
+    if values.tiered_checkpoint_s3_uri is not None:
+        args += [
+            "--tiered-checkpointing",
+            f"--tiered-s3-uri={values.tiered_checkpoint_s3_uri}/{name}",
+            f"--tiered-s3-every={values.tiered_s3_every}",
+        ]
+    return args
 
-    Checkpoints go to ``<fsx>/checkpoints/<name>``; a restarted or replaced worker resumes from
-    the newest complete checkpoint there. ``data`` is a token file on FSx (``/fsx/data/...``) or
-    ``synthetic``.
+
+class TrainingJobChart(cdk8s.Chart):
+    """A training job (:func:`training_job`) that trains ``preset`` for ``steps`` with checkpoints on FSx.
+
+    Checkpoints go to ``<fsx>/checkpoints/<name>`` (and the memory tier, where HyperPod has one); a
+    restarted or replaced worker resumes from the newest complete checkpoint. ``data`` is a token file
+    on FSx (``/fsx/data/...``) or ``synthetic``.
     """
 
     def __init__(
@@ -36,11 +49,11 @@ class TrainingJobChart(cdk8s.Chart):
         args = [
             f"--preset={preset}",
             f"--steps={steps}",
-            f"--checkpoint-dir={values.fsx_mount_path}/checkpoints/{name}",
+            *checkpoint_args(values, directory=f"{values.fsx_mount_path}/checkpoints/{name}", name=name),
             f"--pg-timeout-seconds={values.pg_timeout_seconds}",
         ]
         if checkpoint_every is not None:  # else extra_args choose the schedule (e.g. --mtbf-hours)
             args.append(f"--checkpoint-every={checkpoint_every}")
         if data != "synthetic":
             args.append(f"--data={data}")
-        pytorch_job(self, "Job", values=values, name=name, script="train.py", args=args + (extra_args or []))
+        training_job(self, "Job", values=values, name=name, script="train.py", args=args + (extra_args or []))

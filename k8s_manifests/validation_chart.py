@@ -11,7 +11,9 @@ from constructs import Construct
 
 from llm_infra.k8s_manifests.objects import api_object
 from llm_infra.k8s_manifests.pod_spec import WORKLOADS_MOUNT, gpu_pod_spec, one_pod_per_node
-from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL, pytorch_job
+from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
+from llm_infra.k8s_manifests.training_job import training_job
+from llm_infra.k8s_manifests.training_job_chart import checkpoint_args
 from llm_infra.k8s_manifests.values import WorkloadValues
 
 HEALTH_JOB = "validation-1-health"
@@ -46,7 +48,7 @@ class ValidationChart(cdk8s.Chart):
         default = values.profile.allreduce_busbw_gbps if multi_node else values.profile.single_node_busbw_gbps
         threshold = default if min_busbw_gbps is None else min_busbw_gbps
         transport = ["--expect-efa-transport"] if multi_node and values.efa_devices else []
-        pytorch_job(
+        training_job(
             self,
             "AllReduce",
             values=values,
@@ -57,7 +59,7 @@ class ValidationChart(cdk8s.Chart):
             max_nodes=values.gpu_nodes,
             max_restarts=0,
         )
-        pytorch_job(
+        training_job(
             self,
             "Training",
             values=values,
@@ -67,7 +69,9 @@ class ValidationChart(cdk8s.Chart):
                 "--preset=tiny",
                 "--steps=60",
                 "--checkpoint-every=20",
-                f"--checkpoint-dir={values.fsx_mount_path}/validation/{TRAINING_JOB}",
+                *checkpoint_args(
+                    values, directory=f"{values.fsx_mount_path}/validation/{TRAINING_JOB}", name=TRAINING_JOB
+                ),
                 "--fail-at-step=30",
                 "--fail-rank=0",
                 "--verdict",
@@ -98,6 +102,8 @@ class ValidationChart(cdk8s.Chart):
         # The Xid check reads the kernel log: the node's /dev/kmsg, privileged (as the Xid monitor).
         pod_spec["volumes"].append({"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}})
         (container,) = pod_spec["containers"]
+        # The verdict names the node (health_check.py reads NODE_NAME), not the pod's hostname.
+        container["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
         container["volumeMounts"].append({"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True})
         container["securityContext"] = {"privileged": True}
         api_object(
@@ -113,7 +119,10 @@ class ValidationChart(cdk8s.Chart):
                     "completionMode": "Indexed",
                     "completions": values.gpu_nodes,
                     "parallelism": values.gpu_nodes,
-                    "backoffLimit": 0,
+                    # Per index: one node's failed check must not end the Job while the other nodes'
+                    # checks still run (a plain backoffLimit 0 would; Kubernetes >= 1.33, GA).
+                    "backoffLimitPerIndex": 0,
+                    "maxFailedIndexes": values.gpu_nodes,
                     "ttlSecondsAfterFinished": 86400,
                     "template": {"metadata": {"labels": labels}, "spec": pod_spec},
                 }

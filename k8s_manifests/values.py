@@ -8,13 +8,8 @@ from llm_infra.config import TrainingConfig
 from llm_infra.instance_types import InstanceProfile
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
 
-
-def ray_version(image: str) -> str:
-    """``rayproject/ray:2.60.0-py312-gpu`` -> ``2.60.0`` (KubeRay wants the Ray version)."""
-    version = image.rsplit(":", 1)[-1].split("-", 1)[0]
-    if not version[:1].isdigit():
-        raise ValueError(f"ray_image: cannot read a Ray version from {image!r}; tag it like 2.60.0-py312-gpu")
-    return version
+# The checkpoint bucket's prefix for tiered checkpoints' S3 copies (one folder per job below it).
+TIERED_PREFIX = "tiered"
 
 
 @dataclass(frozen=True)
@@ -42,7 +37,9 @@ class WorkloadValues:
     gpu_nodes_min: int
     gpu_nodes_max: int
     image: str
-    ray_image: str
+    # The Ray pods' image (torch, Ray ray_version, the EFA libraries); None while unknown: no explicit
+    # ray_image and no image built by image_asset, and then no Ray chart is rendered.
+    ray_image: str | None
     ray_version: str
     hugepages_2mib: int
     region: str
@@ -64,6 +61,20 @@ class WorkloadValues:
     # Seconds from SIGTERM to torchrun's SIGKILL of the workers: room for a final checkpoint. The
     # pods' grace period follows from it.
     shutdown_budget_seconds: int = 300
+    # HyperPodPyTorchJob restart policy: at most ``max_restarts`` process-level restarts within this
+    # window before the operator restarts the whole job, at most ``full_job_restarts`` times.
+    restart_eval_period_seconds: int = 21600
+    full_job_restarts: int = 1
+    # HyperPodPyTorchJob log monitoring: seconds to the payload's start line (process group, model
+    # build, checkpoint restore), then at most this long between two step lines; and how long the
+    # throughput heartbeat may report no finished step before the operator marks the job slow.
+    start_timeout_seconds: int = 1200
+    hang_timeout_seconds: int = 900
+    stall_minutes: int = 10
+    # HyperPod managed tiered checkpointing: where every ``tiered_s3_every``-th save also goes
+    # (s3://<checkpoint bucket>/<prefix>); None: the cluster has no memory tier, checkpoints go to FSx.
+    tiered_checkpoint_s3_uri: str | None = None
+    tiered_s3_every: int = 10
 
     def __post_init__(self) -> None:
         if self.gpu_nodes < 1:
@@ -79,6 +90,20 @@ class WorkloadValues:
             raise ValueError("hyperpod_training_operator: needs compute=hyperpod")
         if self.efa and not self.profile.efa_supported:
             raise ValueError(f"efa: {self.profile.instance_type} has no EFA; set efa=false")
+        positive = {
+            "restart_eval_period_seconds": self.restart_eval_period_seconds,
+            "start_timeout_seconds": self.start_timeout_seconds,
+            "hang_timeout_seconds": self.hang_timeout_seconds,
+            "stall_minutes": self.stall_minutes,
+            "tiered_s3_every": self.tiered_s3_every,
+        }
+        for key, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{key}: {value} must be >= 1")
+        if self.full_job_restarts < 0:
+            raise ValueError(f"full_job_restarts: {self.full_job_restarts} must be >= 0")
+        if self.tiered_checkpoint_s3_uri is not None and not self.hyperpod:
+            raise ValueError("tiered_checkpoint_s3_uri: needs compute=hyperpod (HyperPod nodes run the memory tier)")
 
     @property
     def efa_devices(self) -> int:
@@ -89,11 +114,20 @@ class WorkloadValues:
         return self.compute == "hyperpod"
 
     @classmethod
-    def from_config(cls, config: TrainingConfig, *, fsx: FsxVolume | None = None) -> WorkloadValues:
-        """Values for ``config``; the region of the image is the region of ``gpu_az_id``."""
+    def from_config(
+        cls, config: TrainingConfig, *, fsx: FsxVolume | None = None, checkpoint_bucket: str | None = None
+    ) -> WorkloadValues:
+        """Values for ``config``; the region of the image is the region of ``gpu_az_id``.
+
+        ``checkpoint_bucket`` (the storage stack's checkpoint bucket: a name, or its CDK token) receives
+        the S3 copies of tiered checkpoints when the cluster has the memory tier
+        (``hyperpod_tiered_checkpointing_percent``).
+        """
         region = config.region or config.gpu_az_region
         if region is None:
             raise ValueError(f"region: cannot tell the region of gpu_az_id {config.gpu_az_id!r}; set region")
+        tiered = config.compute == "hyperpod" and config.hyperpod_tiered_checkpointing_percent is not None
+        tiered_uri = f"s3://{checkpoint_bucket}/{TIERED_PREFIX}" if tiered and checkpoint_bucket else None
         return cls(
             compute=config.compute,
             profile=config.gpu_profile,
@@ -103,11 +137,13 @@ class WorkloadValues:
             gpu_nodes_max=config.gpu_max,
             image=dlc_image_uri(region, config.dlc_image_tag),
             ray_image=config.ray_image,
-            ray_version=ray_version(config.ray_image),
+            ray_version=config.ray_version,
             hugepages_2mib=config.hugepages_2mib,
             region=region,
             hf_token_secret=config.hf_token_secret_name,
             recipe=config.recipe,
             hyperpod_training_operator=config.uses_hyperpod_training_operator,
             fsx=fsx,
+            stall_minutes=config.stall_minutes,
+            tiered_checkpoint_s3_uri=tiered_uri,
         )

@@ -66,6 +66,9 @@ class StorageStack(cdk.Stack):
             statements=[
                 *object_access_statements(self.data_bucket, config.data_prefix, READ_OBJECT_ACTIONS),
                 *object_access_statements(self.checkpoints.bucket, "", READ_WRITE_OBJECT_ACTIONS),
+                # Tiered checkpointing's S3 tier (amzn-sagemaker-checkpointing 1.1.3 through
+                # s3torchconnector) asks for the bucket's region first (the library's README lists it).
+                iam.PolicyStatement(actions=["s3:GetBucketLocation"], resources=[self.checkpoints.bucket.bucket_arn]),
             ],
         )
         acknowledge(

@@ -51,7 +51,7 @@ def add_training_stacks(app: cdk.App, config: TrainingConfig, *, nag: bool = Tru
         fsx_security_group=storage.lustre.security_group,
         training_access_policy=storage.training_access_policy,
         hf_token=storage.hf_token,
-        workloads=workload_values(config, storage.lustre),
+        workloads=workload_values(config, storage.lustre, checkpoint_bucket=storage.checkpoints.bucket),
         env=env,
     )
     for stack in (network, storage, cluster):

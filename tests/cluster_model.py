@@ -11,7 +11,8 @@ Sources of what the real components add:
   managed node groups / launch templates); no ``eks.amazonaws.com/compute-type`` (only Auto Mode and
   Fargate set it).
 - HyperPod labels nodes ``node.kubernetes.io/instance-type`` (``ml.``-prefixed, as the HyperPod
-  Helm chart's affinities expect) and ``sagemaker.amazonaws.com/node-health-status`` (Schedulable
+  Helm chart's affinities expect), ``sagemaker.amazonaws.com/compute-type`` (see upstream_charts)
+  and ``sagemaker.amazonaws.com/node-health-status`` (Schedulable
   once deep health checks pass; docs: sagemaker-hyperpod-eks-resiliency-node-labels), and puts
   ``VpcConfig.SecurityGroupIds`` on the instance's interfaces.
 - Allocatable = capacity minus the EKS AMI's reservation (kube-reserved memory 11 MiB × max pods +
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from upstream_charts import PodTemplate
+from upstream_charts import HYPERPOD_COMPUTE_TYPE, HYPERPOD_COMPUTE_TYPE_LABEL, PodTemplate
 
 from llm_infra.instance_types import INSTANCE_PROFILES
 from llm_infra.node_labels import INSTANCE_TYPE_LABEL
@@ -266,6 +267,7 @@ def nodes(templates: Templates, *, hyperpod_hugepages_mib: int = 0) -> list[Node
                         labels={
                             **config.get("Labels", {}),
                             INSTANCE_TYPE_LABEL: instance_type,
+                            HYPERPOD_COMPUTE_TYPE_LABEL: HYPERPOD_COMPUTE_TYPE,
                             "sagemaker.amazonaws.com/node-health-status": "Schedulable",
                             "kubernetes.io/os": "linux",
                             "kubernetes.io/arch": "amd64",
@@ -305,6 +307,11 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
         return [
             template(replica["template"], replica.get("replicas", 1), suffix=f"/{role}")
             for role, replica in spec["pytorchReplicaSpecs"].items()
+        ]
+    if kind == "HyperPodPyTorchJob":  # replicaSpecs: a list of named replica sets (replicas default 0)
+        return [
+            template(replica["template"], replica.get("replicas", 0), suffix=f"/{replica['name']}")
+            for replica in spec["replicaSpecs"]
         ]
     if kind == "RayCluster":
         head = template(spec["headGroupSpec"]["template"], suffix="/head")

@@ -1,9 +1,13 @@
 """Validate Kubernetes objects offline: built-in kinds with kubernetes-validate (strict), custom
-resources against the upstream CRD's served openAPIV3Schema (strict: unknown fields rejected)."""
+resources against the upstream CRD's served openAPIV3Schema (strict: unknown fields rejected), and
+HyperPodPyTorchJob, whose CRD AWS does not publish, against the schema derived in
+``schemas/hyperpodpytorchjob.schema.json`` (its sources in its ``$comment``), its pod templates
+against Kubernetes' PodTemplate schema."""
 
 from __future__ import annotations
 
 import copy
+import json
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,9 @@ import yaml
 from llm_infra.crds import CRD_SOURCES, read_crd
 
 CRD_FILES = {(source.group, source.kind): name for name, source in CRD_SOURCES.items()}
+SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
+# Kinds without a published CRD: the JSON schema derived from their sources (group, kind) -> file.
+DERIVED_SCHEMAS = {("sagemaker.amazonaws.com", "HyperPodPyTorchJob"): "hyperpodpytorchjob.schema.json"}
 
 
 def _structural_to_jsonschema(node: Any) -> Any:
@@ -42,9 +49,34 @@ def crd_validator(group: str, version: str, kind: str) -> jsonschema.Draft7Valid
     return jsonschema.Draft7Validator(schema)
 
 
+@cache
+def derived_validator(file_name: str) -> jsonschema.Draft7Validator:
+    schema = json.loads((SCHEMAS_DIR / file_name).read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def _validate_derived(obj: dict[str, Any], file_name: str, kubernetes_version: str) -> str:
+    errors = sorted(derived_validator(file_name).iter_errors(obj), key=str)
+    if errors:
+        raise AssertionError(f"{obj['kind']}/{obj['metadata']['name']}: {errors[0].message} at {list(errors[0].path)}")
+    for replica in obj["spec"].get("replicaSpecs", []):
+        if "template" in replica:  # the pod template, as the API server checks a PodTemplate's
+            pod_template = {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": f"{obj['metadata']['name']}-{replica['name']}"},
+                "template": replica["template"],
+            }
+            kubernetes_validate.validate(pod_template, kubernetes_version, strict=True)
+    return f"schema:{file_name}"
+
+
 def validate_object(obj: dict[str, Any], kubernetes_version: str) -> str:
     """Raise on an invalid object; return which validator checked it."""
     group, _, version = obj["apiVersion"].rpartition("/")
+    if (group, obj["kind"]) in DERIVED_SCHEMAS:
+        return _validate_derived(obj, DERIVED_SCHEMAS[(group, obj["kind"])], kubernetes_version)
     if (group, obj["kind"]) in CRD_FILES:
         errors = sorted(crd_validator(group, version, obj["kind"]).iter_errors(obj), key=str)
         if errors:
