@@ -14,6 +14,11 @@ import torch.distributed as dist
 # torchrun SIGKILLs its workers this long after forwarding SIGTERM (hard-coded in older torch;
 # `--shutdown-timeout` / TORCH_ELASTIC_SHUTDOWN_TIMEOUT where LaunchConfig has `shutdown_timeout`).
 TORCHRUN_DEFAULT_SHUTDOWN_SECONDS = 30.0
+# hyperpodrun (hyperpod-elastic-agent 1.1.3, run.py) has its own `--shutdown-timeout`, whatever the torch
+# (default 15 s; it does not read TORCH_ELASTIC_SHUTDOWN_TIMEOUT). Its workers are told apart by the
+# agent's socket path, which elastic_agent/hyperpod_elastic_agent.py `_start_workers` sets for each.
+HYPERPODRUN_DEFAULT_SHUTDOWN_SECONDS = 15.0
+HYPERPODRUN_WORKER_ENV = "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"
 
 
 def device_and_backend() -> tuple[torch.device, str]:
@@ -61,9 +66,16 @@ def reduce_numbers(
 
 
 def shutdown_budget_seconds() -> float:
-    """Seconds between torchrun forwarding SIGTERM and its SIGKILL of this worker."""
+    """Seconds between the launcher forwarding SIGTERM and its SIGKILL of this worker.
+
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT where the launcher honours it: torchrun when its LaunchConfig has
+    ``shutdown_timeout``; hyperpodrun, whose ``--shutdown-timeout`` the HyperPod job sets to the same
+    value (k8s_manifests/hyperpod_job.py). Else the launcher's default.
+    """
+    value = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+    if os.environ.get(HYPERPODRUN_WORKER_ENV):
+        return float(value) if value else HYPERPODRUN_DEFAULT_SHUTDOWN_SECONDS
     from torch.distributed.launcher.api import LaunchConfig
 
     configurable = any(f.name == "shutdown_timeout" for f in dataclasses.fields(LaunchConfig))
-    value = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     return float(value) if configurable and value else TORCHRUN_DEFAULT_SHUTDOWN_SECONDS

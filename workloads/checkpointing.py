@@ -11,7 +11,16 @@ as soon as the per-step agreement says every rank's write is durable), rank 0 wr
 last and renames the folder, then moves ``latest``. A load takes the newest committed checkpoint
 that every rank can read, resharded by DCP to the current world size, and falls back to the
 previous one, with a warning, when it is corrupt; when committed checkpoints exist and none loads,
-it raises rather than start over from step 0. Imports only torch and stdlib.
+it raises rather than start over from step 0.
+
+Where the shards go is the storage's business, chosen once at start and logged as a
+``checkpoint_storage`` event: the staging folder itself (DCP's file system writer: FSx on the
+cluster), or, with ``--tiered-checkpointing`` and the HyperPod memory tier reachable from every
+rank, the tiered storage of :mod:`tiered_storage` (memory tier, every N-th save S3 too); then the
+step folder holds only ``COMMITTED``, which records the namespace, tiers and world size to read it
+back with. Commit, fallback, resharding and pruning are the same for both; a tiered checkpoint
+that went to S3 is durable, and pruning keeps the newest durable one beyond ``keep``. Imports only
+torch and stdlib (and the tiered library when that storage is used).
 """
 
 from __future__ import annotations
@@ -25,12 +34,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
+import tiered_storage
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from accelerator import reduce_numbers
 from checkpoint_interval import daly_interval
+from tiered_storage import TieredCheckpointOptions, TieredStorage
 from torch.distributed.checkpoint import staging
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 
@@ -38,6 +49,7 @@ COMMIT_MARKER = "COMMITTED"
 LATEST = "latest"
 PREFIX = "step-"
 TMP_PREFIX = ".tmp-step-"
+DIRECTORY_STORAGE = "directory"
 
 
 def step_dir_name(step: int) -> str:
@@ -50,6 +62,35 @@ class PendingSave:
     tmp_dir: Path
     future: Future[Any]
     started: float
+    record: dict[str, Any]
+    stall_seconds: float  # how long training waited for it (staging)
+
+
+class CheckpointStorage(Protocol):
+    """Where a save's shards go. ``target`` gives DCP's save arguments (``checkpoint_id`` or
+    ``storage_writer``) for the save numbered ``save_index`` (1, 2, ... over the run) and what its
+    commit record says; ``staging_dir`` is the folder that becomes the committed step folder."""
+
+    name: str
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def target(self, step: int, save_index: int, staging_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+
+class DirectoryStorage:
+    """DCP's file system writer: the shards go into the step folder itself (FSx on the cluster)."""
+
+    name = DIRECTORY_STORAGE
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def describe(self) -> dict[str, Any]:
+        return {"storage": self.name, "path": str(self.directory)}
+
+    def target(self, step: int, save_index: int, staging_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        return {"checkpoint_id": str(staging_dir)}, {"storage": self.name}
 
 
 @dataclass(frozen=True)
@@ -88,8 +129,14 @@ class CheckpointManager:
     committed by :meth:`commit_if_durable` once every rank reports its write done (the training
     loop asks every step), at the latest by the next save or :meth:`close`.
 
+    ``tiered`` with ``tiered_checkpointing`` set asks for the tiered storage (see the module
+    docstring); every rank must reach the tiers, else the run uses the directory and logs why.
+
     ``last_save_seconds`` is the training stall of the last save (staging, and any wait for the
-    previous save); ``last_durable_seconds`` the time until it was committed.
+    previous save); ``last_durable_seconds`` the time until it was committed. Each commit is logged
+    as a ``checkpoint`` event with both: ``seconds`` (from the save's start until committed) and
+    ``stall_seconds`` (how long training was blocked by it: all of a blocking save; an async
+    save's staging).
     """
 
     def __init__(
@@ -103,6 +150,7 @@ class CheckpointManager:
         async_save: bool = False,
         log: Callable[[dict[str, Any]], None] | None = None,
         device: Any = "cpu",
+        tiered: TieredCheckpointOptions | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep: {keep} must be >= 1")
@@ -122,6 +170,44 @@ class CheckpointManager:
             for stale in directory.glob(f"{TMP_PREFIX}*"):
                 shutil.rmtree(stale, ignore_errors=True)
         dist.barrier()
+        self.save_index = self._newest_save_index()
+        self.storage = self._choose_storage(tiered)
+
+    def _choose_storage(self, tiered: TieredCheckpointOptions | None) -> CheckpointStorage:
+        """The tiered storage when asked for and usable on every rank, else the directory (logged)."""
+        directory_storage = DirectoryStorage(self.directory)
+        if tiered is None or not tiered.tiered_checkpointing:
+            self.log({"event": "checkpoint_storage", **directory_storage.describe()})
+            return directory_storage
+        world_size = dist.get_world_size()
+        # Rank 0 names the namespace: ranks that mount the directory elsewhere still share one.
+        shared: list[Any] = [tiered_storage.namespace_for(self.directory, world_size)]
+        dist.broadcast_object_list(shared, src=0)
+        reasons: list[Any] = [None] * world_size
+        dist.all_gather_object(reasons, tiered_storage.unusable_reason(tiered, shared[0], self.rank, world_size))
+        failed = [f"rank {rank}: {reason}" for rank, reason in enumerate(reasons) if reason]
+        if failed:
+            fallback = {
+                "event": "checkpoint_storage",
+                **directory_storage.describe(),
+                "requested": tiered_storage.STORAGE_NAME,
+                "reason": failed[0],
+            }
+            if self.rank == 0:
+                print(json.dumps(fallback), file=sys.stderr, flush=True)
+            self.log(fallback)
+            return directory_storage
+        storage = TieredStorage(shared[0], world_size, tiered.tiered_s3_uri, tiered.tiered_s3_every)
+        self.log({"event": "checkpoint_storage", **storage.describe()})
+        return storage
+
+    def _newest_save_index(self) -> int:
+        """How many saves the run has committed so far (the S3 cadence counts on across restarts)."""
+        committed = self.committed() if self.rank == 0 else []
+        marker = _read_marker(committed[0]) if committed else None
+        shared: list[Any] = [marker.get("save_index", 0) if marker else 0]
+        dist.broadcast_object_list(shared, src=0)
+        return int(shared[0])
 
     # ---- saving --------------------------------------------------------------------------
     def due(self, step: int, step_seconds: float) -> bool:
@@ -146,18 +232,22 @@ class CheckpointManager:
         if self.rank == 0:
             tmp_dir.mkdir(parents=True, exist_ok=True)
         dist.barrier()
+        self.save_index += 1
+        target, record = self.storage.target(step, self.save_index, tmp_dir)
+        record = {**record, "save_index": self.save_index}
         if self.async_group is None:
-            dcp.save(state, checkpoint_id=str(tmp_dir))
+            dcp.save(state, **target)
             self.last_save_seconds = time.perf_counter() - started
             if crash_before_commit:
                 _die_mid_checkpoint(tmp_dir, self.rank)
-            self._commit(step, tmp_dir, started)
+            self._commit(step, tmp_dir, started, record)
             return
-        response = dcp.async_save(state, checkpoint_id=str(tmp_dir), process_group=self.async_group, **self._staging())
+        response = dcp.async_save(state, process_group=self.async_group, **target, **self._staging())
         # A Future, or (with an async stager) an AsyncSaveResponse whose upload completes later.
         future = cast(Future[Any], getattr(response, "upload_completion", response))
-        self.last_save_seconds = time.perf_counter() - started  # only the staging stall
-        self.pending = PendingSave(step, tmp_dir, future, started)
+        staging_seconds = time.perf_counter() - started  # the only stall
+        self.last_save_seconds = staging_seconds
+        self.pending = PendingSave(step, tmp_dir, future, started, record, staging_seconds)
         if crash_before_commit:
             future.result()
             _die_mid_checkpoint(tmp_dir, self.rank)
@@ -188,17 +278,21 @@ class CheckpointManager:
             return
         pending, self.pending = self.pending, None
         pending.future.result()
-        self._commit(pending.step, pending.tmp_dir, pending.started)
+        self._commit(pending.step, pending.tmp_dir, pending.started, pending.record, pending.stall_seconds)
 
     def close(self) -> None:
         self.finalize()
 
-    def _commit(self, step: int, tmp_dir: Path, started: float) -> None:
-        dist.barrier()  # every rank's shards are on disk
+    def _commit(
+        self, step: int, tmp_dir: Path, started: float, record: dict[str, Any], stall_seconds: float | None = None
+    ) -> None:
+        """Commit the written save; ``stall_seconds`` is an async save's (None: a blocking save, whose
+        stall lasts until committed)."""
+        dist.barrier()  # every rank's shards are written (on disk, or in the tiers the record names)
         self.last_durable_seconds = time.perf_counter() - started
         if self.rank == 0:
             final_dir = self.directory / step_dir_name(step)
-            marker = {"step": step, "world_size": dist.get_world_size(), "committed_at": time.time()}
+            marker = {"step": step, "world_size": dist.get_world_size(), "committed_at": time.time(), **record}
             _write_durably(tmp_dir / COMMIT_MARKER, json.dumps(marker))
             if final_dir.exists():
                 shutil.rmtree(final_dir)
@@ -206,19 +300,28 @@ class CheckpointManager:
             _write_durably(self.directory / f".{LATEST}.tmp", final_dir.name)
             os.replace(self.directory / f".{LATEST}.tmp", self.directory / LATEST)
             self._prune()
+            seconds = time.perf_counter() - started
             self.log(
                 {
                     "event": "checkpoint",
                     "step": step,
                     "path": str(final_dir),
-                    "seconds": round(time.perf_counter() - started, 4),
+                    "seconds": round(seconds, 4),
+                    "stall_seconds": round(seconds if stall_seconds is None else stall_seconds, 4),
+                    **{key: record[key] for key in ("storage", "tiers") if key in record},
                 }
             )
         dist.barrier()
 
     def _prune(self) -> None:
-        for old in self.committed()[self.keep :]:
-            shutil.rmtree(old, ignore_errors=True)
+        """Keep the newest ``keep`` and, when none of them is durable, the newest durable one."""
+        committed = self.committed()
+        kept = committed[: self.keep]
+        if not any(_durable(_read_marker(path)) for path in kept):
+            kept += [path for path in committed[self.keep :] if _durable(_read_marker(path))][:1]
+        for old in committed:
+            if old not in kept:
+                shutil.rmtree(old, ignore_errors=True)
 
     # ---- loading -------------------------------------------------------------------------
     def committed(self) -> list[Path]:
@@ -231,43 +334,68 @@ class CheckpointManager:
     def load_latest(self, state: dict[str, Any]) -> int | None:
         """Load the newest checkpoint that every rank reads without error into ``state``.
 
-        Returns its step, or None when there is none (a fresh start). A corrupt or partial
-        checkpoint is skipped with a warning and the previous one is tried; when none loads,
-        :class:`NoLoadableCheckpoint`. A checkpoint saved by another world size is resharded by DCP
-        and logged as ``world_size_changed`` (the global batch, and so the schedule, change with it).
+        Returns its step, or None when there is none (a fresh start). Each checkpoint is read from
+        the sources its commit record names, in order (the directory; or the memory tier, then S3);
+        a corrupt or partial checkpoint is skipped with a warning and the previous one is tried;
+        when none loads, :class:`NoLoadableCheckpoint`. A checkpoint saved by another world size is
+        resharded by DCP and logged as ``world_size_changed`` (the global batch, and so the
+        schedule, change with it).
         """
-        candidates = self.committed() if self.rank == 0 else []
-        names: list[Any] = [[p.name for p in candidates]]
-        dist.broadcast_object_list(names, src=0)
-        for name in names[0]:
+        candidates = [(p.name, _read_marker(p)) for p in self.committed()] if self.rank == 0 else []
+        shared: list[Any] = [candidates]
+        dist.broadcast_object_list(shared, src=0)  # every rank tries the same checkpoints and sources
+        for name, marker in shared[0]:
             path = self.directory / name
-            error = ""
-            try:
-                dcp.load(state, checkpoint_id=str(path))
-            except (Exception, CheckpointException) as exc:  # noqa: BLE001 - unreadable: try the previous one
-                error = f"{type(exc).__name__}: {exc}"
-            (ok,) = reduce_numbers([0 if error else 1], self.device, dist.ReduceOp.MIN)
-            if ok == 1:
-                marker = json.loads((path / COMMIT_MARKER).read_text())
-                step, saved_world = marker["step"], marker["world_size"]
-                self.log({"event": "resume", "step": step, "path": str(path)})
-                if saved_world != dist.get_world_size():
-                    change = {"event": "world_size_changed", "saved": saved_world, "now": dist.get_world_size()}
-                    self.log({**change, "step": step})
-                return step
-            warning = {
-                "event": "checkpoint_skipped",
-                "path": str(path),
-                "reason": error or "unreadable on another rank",
-            }
+            reasons = [] if marker else [f"{COMMIT_MARKER} is unreadable"]
+            for source, load_args in _load_sources(path, marker) if marker else []:
+                error = ""
+                try:
+                    dcp.load(state, **load_args())
+                except (Exception, CheckpointException) as exc:  # noqa: BLE001 - unreadable: try the next source
+                    error = f"{type(exc).__name__}: {exc}"
+                (ok,) = reduce_numbers([0 if error else 1], self.device, dist.ReduceOp.MIN)
+                if ok == 1:
+                    step, saved_world = marker["step"], marker["world_size"]
+                    self.log({"event": "resume", "step": step, "path": str(path), "source": source})
+                    if saved_world != dist.get_world_size():
+                        change = {"event": "world_size_changed", "saved": saved_world, "now": dist.get_world_size()}
+                        self.log({**change, "step": step})
+                    return step
+                reasons.append(f"{source}: {error or 'unreadable on another rank'}")
+            warning = {"event": "checkpoint_skipped", "path": str(path), "reason": "; ".join(reasons)}
             print(json.dumps(warning), file=sys.stderr, flush=True)
             self.log(warning)
-        if names[0]:
+        if shared[0]:
+            names = [name for name, _ in shared[0]]
             raise NoLoadableCheckpoint(
-                f"{self.directory}: none of the committed checkpoints {names[0]} loads; refusing to start over "
+                f"{self.directory}: none of the committed checkpoints {names} loads; refusing to start over "
                 "from step 0 in the same directory (move them away to start a new run)"
             )
         return None
+
+
+def _read_marker(path: Path) -> dict[str, Any] | None:
+    """A committed checkpoint's record, or None when it cannot be read."""
+    try:
+        marker = json.loads((path / COMMIT_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def _load_sources(path: Path, marker: dict[str, Any]) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
+    """Where a committed checkpoint is read from, in order, as DCP ``load`` arguments. Records
+    without ``storage`` predate the tiered storage: their shards are in the step folder."""
+    if marker.get("storage") == tiered_storage.STORAGE_NAME:
+        return tiered_storage.load_sources(marker)
+    return [(DIRECTORY_STORAGE, lambda: {"checkpoint_id": str(path)})]
+
+
+def _durable(marker: dict[str, Any] | None) -> bool:
+    """Whether a checkpoint survives the loss of the cluster's memory (an unreadable one counts not)."""
+    if marker is None:
+        return False
+    return marker.get("storage") != tiered_storage.STORAGE_NAME or tiered_storage.is_durable(marker)
 
 
 def _write_durably(path: Path, text: str) -> None:

@@ -76,6 +76,7 @@ def test_every_small_collective_goes_through_the_device_aware_helper() -> None:
 
 # ---- torchrun's shutdown budget ---------------------------------------------------------------
 def test_shutdown_budget_follows_torchrun(monkeypatch) -> None:
+    monkeypatch.delenv("HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH", raising=False)  # not under hyperpodrun
     monkeypatch.delenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", raising=False)
     assert accelerator.shutdown_budget_seconds() == 30.0  # torchrun's default
     monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "240")
@@ -146,6 +147,8 @@ def test_sigterm_to_one_pod_fails_the_job_on_every_node_and_a_rerun_resumes_iden
     (stopped,) = [r for r in json_lines(out0) if r.get("event") == "stopped"]
     step = stopped["step"]
     assert stopped["exit_code"] == 143 and step < 400
+    # The other node's first process says it stopped too (hyperpodrun's log rules end on that line).
+    assert [r["step"] for r in json_lines(out1) if r.get("event") == "stopped"] == [step]
     assert (ckpt / "latest").read_text() == f"step-{step:08d}"  # the final save fit the budget
 
     end = step + 4

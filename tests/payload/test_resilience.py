@@ -99,12 +99,18 @@ def test_async_checkpoints_commit_promptly_and_resume_bitwise_identical(referenc
     commit = next(i for i, r in enumerate(first_attempt) if r.get("event") == "checkpoint" and r["step"] == 4)
     steps_before_commit = [r["step"] for r in first_attempt[:commit] if r.get("event") == "step"]
     assert steps_before_commit and max(steps_before_commit) <= 5
+    # Training waited only for the staging, not for the write to storage.
+    saves = [r for r in records if r.get("event") == "checkpoint"]
+    assert saves and all(0 < r["stall_seconds"] < r["seconds"] for r in saves)
 
 
 def test_keep_last_k(tmp_path: Path) -> None:
     result = train(["--steps=10", f"--checkpoint-dir={tmp_path}", "--checkpoint-every=2", "--keep-checkpoints=2"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000008", "step-00000010"]
+    saves = [r for r in json_lines(result.stdout) if r.get("event") == "checkpoint"]
+    assert [r["step"] for r in saves] == [2, 4, 6, 8, 10]
+    assert all(r["stall_seconds"] == r["seconds"] > 0 for r in saves)  # a blocking save stalls until committed
     marker = json.loads((tmp_path / "step-00000010" / "COMMITTED").read_text())
     assert marker["step"] == 10 and marker["world_size"] == 2
 
