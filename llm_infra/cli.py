@@ -3,8 +3,11 @@
 llm-infra plan --instances 256 --failure-preset llama3-16k-h100 --gpu-hours 2e6 --price-preset p5.48xlarge
 llm-infra simulate ... (same flags) --trials 2000
 llm-infra nodes list --cluster NAME [--unhealthy]
+llm-infra nodes add --cluster NAME --group G --count N
 llm-infra nodes replace|reboot --cluster NAME --node ID [--node ID ...] [--yes]
 llm-infra cluster status --cluster NAME
+llm-infra validate --cluster NAME [--json] [--replace-failed]
+llm-infra drill --cluster NAME --out drill.json [--fault replace|reboot|terminate]
 llm-infra dashboard --template cdk.out/llm-infra-cluster.template.json --out docs/dashboard.png
 """
 
@@ -14,7 +17,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from llm_infra.commands import dashboard, hyperpod
+from llm_infra.commands import dashboard, drill, hyperpod, validate
 from llm_infra.commands import plan as plan_commands
 from llm_infra.planner import PlanError
 from llm_infra.terminal import EXIT_BAD_INPUT, UsageError
@@ -35,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llm-infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (plan_commands, hyperpod, dashboard):
+    for module in (plan_commands, hyperpod, validate, drill, dashboard):
         module.register(commands)
     return parser
 

@@ -1,14 +1,21 @@
-"""SageMaker HyperPod node operations on boto3: list, replace, reboot, wait, describe."""
+"""SageMaker HyperPod node operations on boto3: list, add, replace, reboot, wait, describe."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 HEALTHY = "Running"
 BATCH_LIMIT = 25  # the batch node APIs take at most this many node ids per call
+# BatchAddClusterNodes: "up to 5 instance groups in a single request, with a maximum of 50 nodes total
+# across all instance groups", and only for clusters whose NodeProvisioningMode is Continuous
+# (https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_BatchAddClusterNodes.html; botocore
+# 1.44.8 sagemaker model: IncrementTargetCountBy 1..50).
+ADD_LIMIT = 50
+CONTINUOUS = "Continuous"
 
 
 @dataclass(frozen=True)
@@ -30,10 +37,22 @@ class BatchResult:
     failed: list[dict[str, str]]  # NodeId, ErrorCode, Message
 
 
-def list_nodes(sagemaker: Any, cluster: str, *, unhealthy_only: bool = False) -> list[Node]:
-    """All nodes of ``cluster`` (every page of ListClusterNodes)."""
+@dataclass(frozen=True)
+class AddResult:
+    """What BatchAddClusterNodes accepted: one logical id per node, and the group's new target."""
+
+    node_logical_ids: list[str]
+    failed: list[dict[str, Any]]  # InstanceGroupName, ErrorCode, FailedCount, Message
+    target_count: int
+
+
+def list_nodes(
+    sagemaker: Any, cluster: str, *, unhealthy_only: bool = False, instance_group: str | None = None
+) -> list[Node]:
+    """All nodes of ``cluster`` (every page of ListClusterNodes), or of one instance group."""
     nodes = []
-    for page in sagemaker.get_paginator("list_cluster_nodes").paginate(ClusterName=cluster):
+    filters = {"InstanceGroupNameContains": instance_group} if instance_group else {}
+    for page in sagemaker.get_paginator("list_cluster_nodes").paginate(ClusterName=cluster, **filters):
         for summary in page["ClusterNodeSummaries"]:
             nodes.append(
                 Node(
@@ -44,7 +63,77 @@ def list_nodes(sagemaker: Any, cluster: str, *, unhealthy_only: bool = False) ->
                     launch_time=summary["LaunchTime"].isoformat(),
                 )
             )
+    if instance_group:  # the API filter matches substrings: gpu would match gpu-spare too
+        nodes = [n for n in nodes if n.instance_group == instance_group]
     return [n for n in nodes if not n.healthy] if unhealthy_only else nodes
+
+
+def describe_cluster(sagemaker: Any, cluster: str) -> dict[str, Any]:
+    """DescribeCluster; an unknown cluster is a ValueError that names it."""
+    try:
+        return dict(sagemaker.describe_cluster(ClusterName=cluster))
+    except sagemaker.exceptions.ClientError as err:
+        # The API answers ResourceNotFound; moto (and a malformed name) ValidationException.
+        if err.response["Error"]["Code"] not in ("ResourceNotFound", "ValidationException"):
+            raise
+        raise ValueError(f"cluster: no HyperPod cluster {cluster!r}: {err.response['Error']['Message']}") from None
+
+
+def add_nodes(sagemaker: Any, cluster: str, group: str, count: int) -> AddResult:
+    """BatchAddClusterNodes: raise ``group``'s target count by ``count`` (in requests of at most 50).
+
+    Checks first what the API would refuse with a less helpful message: an unknown cluster or group,
+    and a cluster not in Continuous provisioning mode.
+    """
+    if count < 1:
+        raise ValueError(f"count: {count} must be >= 1")
+    description = describe_cluster(sagemaker, cluster)
+    groups = {g["InstanceGroupName"]: g for g in description.get("InstanceGroups", [])}
+    if group not in groups:
+        raise ValueError(
+            f"group: {group!r} is not an instance group of {cluster}; its groups: {', '.join(sorted(groups)) or 'none'}"
+        )
+    mode = description.get("NodeProvisioningMode")
+    if mode != CONTINUOUS:
+        raise ValueError(
+            f"cluster: {cluster} has NodeProvisioningMode {mode or 'unset'}; BatchAddClusterNodes needs "
+            f"{CONTINUOUS} (set it at creation or with UpdateCluster)"
+        )
+    before = groups[group].get("TargetCount", groups[group].get("CurrentCount", 0))
+    logical_ids: list[str] = []
+    failed: list[dict[str, Any]] = []
+    for start in range(0, count, ADD_LIMIT):
+        response = sagemaker.batch_add_cluster_nodes(
+            ClusterName=cluster,
+            # One token per request: a retried request adds its nodes once (the token holds 8 hours).
+            ClientToken=str(uuid.uuid4()),
+            NodesToAdd=[{"InstanceGroupName": group, "IncrementTargetCountBy": min(ADD_LIMIT, count - start)}],
+        )
+        logical_ids += [n["NodeLogicalId"] for n in response.get("Successful", [])]
+        failed += response.get("Failed", [])
+    return AddResult(node_logical_ids=logical_ids, failed=failed, target_count=before + len(logical_ids))
+
+
+def wait_for_group(
+    sagemaker: Any,
+    cluster: str,
+    group: str,
+    target: int,
+    *,
+    timeout_seconds: float = 3600,
+    poll_seconds: float = 30,
+    on_progress: Callable[[int, int], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Poll ListClusterNodes until ``target`` nodes of ``group`` are Running; the count at the end."""
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        running = sum(n.healthy for n in list_nodes(sagemaker, cluster, instance_group=group))
+        if on_progress:
+            on_progress(min(running, target), target)
+        if running >= target or time.monotonic() >= deadline:
+            return running
+        sleep(poll_seconds)
 
 
 def batch_action(sagemaker: Any, action: str, cluster: str, node_ids: list[str]) -> BatchResult:
@@ -127,3 +216,19 @@ def cluster_status(sagemaker: Any, eks: Any, cloudformation: Any, cluster: str, 
         outputs.update({o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])})
     status["stack_outputs"] = outputs
     return status
+
+
+# Labelling a node's health status this way starts the same HyperPod recovery as the batch APIs; the
+# cluster needs automatic node recovery on (docs: "Manually quarantine, replace, or reboot a node",
+# https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-resiliency-manual.html).
+PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
+PENDING_REBOOT = "UnschedulablePendingReboot"
+
+
+def request_node_recovery(kube: Any, node: str, status: str) -> None:
+    """Label Kubernetes node ``node`` for replacement or reboot (``kube``: :class:`llm_infra.kube.Kube`)."""
+    from llm_infra.node_labels import HEALTH_STATUS_KEY
+
+    if status not in (PENDING_REPLACEMENT, PENDING_REBOOT):
+        raise ValueError(f"status: {status!r} is not allowed; allowed: {PENDING_REPLACEMENT}, {PENDING_REBOOT}")
+    kube.patch("v1", "Node", node, {"metadata": {"labels": {HEALTH_STATUS_KEY: status}}})

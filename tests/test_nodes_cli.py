@@ -14,7 +14,7 @@ import json
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 from moto.server import ThreadedMotoServer
 
 from llm_infra import cli
@@ -87,6 +87,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_list_all_nodes(endpoint, cluster, capsys) -> None:
+    """moto server: every node of both groups, as JSON."""
     code, out, _ = run(capsys, "nodes", "list", "--cluster", cluster, "--endpoint-url", endpoint, "--json")
     assert code == 0
     nodes = json.loads(out)
@@ -108,6 +109,7 @@ def test_list_follows_next_tokens() -> None:
 
 
 def test_unhealthy_filter(endpoint, cluster, capsys) -> None:
+    """moto server (node states set in its backend): only nodes that are not Running."""
     set_status("gpu-3", "Failure")
     set_status("gpu-7", "DeepHealthCheckInProgress")
     try:
@@ -121,6 +123,7 @@ def test_unhealthy_filter(endpoint, cluster, capsys) -> None:
 
 
 def test_no_credentials_are_printed(endpoint, cluster, capsys) -> None:
+    """moto server: the fake credentials never reach the output."""
     _, out, err = run(capsys, "nodes", "list", "--cluster", cluster, "--endpoint-url", endpoint)
     assert "testing" not in out + err
 
@@ -148,6 +151,7 @@ def node_page(statuses: dict[str, str]) -> dict:
 
 
 def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeypatch) -> None:
+    """Stubber (moto has no BatchReplaceClusterNodes): a refused node is reported, the rest waited for."""
     client, stub = stubbed_client()
     stub.add_response(
         "batch_replace_cluster_nodes",
@@ -189,6 +193,7 @@ def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeyp
 
 
 def test_reboot_needs_confirmation(capsys, monkeypatch) -> None:
+    """No AWS call at all: a no at the prompt stops before any request."""
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
     monkeypatch.setattr(
         hyperpod_commands, "aws_client", lambda args, service: pytest.fail("no AWS call before confirmation")
@@ -198,6 +203,7 @@ def test_reboot_needs_confirmation(capsys, monkeypatch) -> None:
 
 
 def test_batches_are_chunked_and_unanswered_nodes_count_as_failed() -> None:
+    """Stubber: 30 nodes are two requests of at most 25; a node missing from the answer counts as failed."""
     client, stub = stubbed_client()
     nodes = [f"i-{n}" for n in range(30)]
     stub.add_response(
@@ -215,6 +221,7 @@ def test_batches_are_chunked_and_unanswered_nodes_count_as_failed() -> None:
 
 
 def test_wait_gives_up_at_the_timeout(endpoint, cluster) -> None:
+    """moto server (node state set in its backend): the node still Pending at the timeout is returned."""
     set_status("gpu-5", "Pending")
     try:
         pending = wait_until_running(
@@ -227,6 +234,7 @@ def test_wait_gives_up_at_the_timeout(endpoint, cluster) -> None:
 
 
 def test_cluster_status_against_the_local_endpoint(endpoint, cluster, capsys) -> None:
+    """moto server: HyperPod cluster, instance groups and a stack's outputs."""
     cloudformation = boto3.client("cloudformation", region_name=REGION, endpoint_url=endpoint)
     cloudformation.create_stack(
         StackName="llm-infra-storage",
@@ -243,3 +251,158 @@ def test_cluster_status_against_the_local_endpoint(endpoint, cluster, capsys) ->
     assert status["cluster"] == "hp" and status["status"] == "InService"
     assert {g["name"] for g in status["instance_groups"]} == {"gpu", "cpu"}
     assert status["stack_outputs"] == {"FileSystemId": "fs-0123456789abcdef0"}
+
+
+# ---- nodes add: BatchAddClusterNodes (not in moto: Stubber against the real service model) ----
+def described(mode: str | None = "Continuous", target: int = 2) -> dict:
+    groups = [
+        {
+            "InstanceGroupName": name,
+            "InstanceType": "ml.p5.48xlarge",
+            "CurrentCount": count,
+            "TargetCount": count,
+            "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/hp",
+            "ThreadsPerCore": 1,
+            "LifeCycleConfig": {"SourceS3Uri": "s3://bucket/hp/", "OnCreate": "on_create.sh"},
+        }
+        for name, count in (("gpu", target), ("gpu-spare", 1))
+    ]
+    response = {
+        "ClusterArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/abcdefghijkl",
+        "ClusterName": "hp",
+        "ClusterStatus": "InService",
+        "InstanceGroups": groups,
+        "VpcConfig": {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0123456789abcdef0"]},
+    }
+    if mode:
+        response["NodeProvisioningMode"] = mode
+    return response
+
+
+def group_page(statuses: dict[str, str], group: str = "gpu") -> dict:
+    page = node_page(statuses)
+    for summary in page["ClusterNodeSummaries"]:
+        summary["InstanceGroupName"] = group
+    return page
+
+
+def added(count: int, group: str = "gpu") -> dict:
+    return {
+        "Successful": [
+            {"NodeLogicalId": f"{group}-new-{n}", "InstanceGroupName": group, "Status": "Pending"} for n in range(count)
+        ],
+        "Failed": [],
+    }
+
+
+def test_add_raises_the_target_and_waits_until_the_group_runs_it(capsys, monkeypatch) -> None:
+    """Stubber (moto has no BatchAddClusterNodes): add 3 to a group of 2, wait until 5 are Running;
+    a node of the group gpu-spare (which ListClusterNodes' substring filter also returns) never counts."""
+    client, stub = stubbed_client()
+    stub.add_response("describe_cluster", described(target=2), {"ClusterName": "hp"})
+    stub.add_response(
+        "batch_add_cluster_nodes",
+        added(3),
+        {
+            "ClusterName": "hp",
+            "ClientToken": ANY,
+            "NodesToAdd": [{"InstanceGroupName": "gpu", "IncrementTargetCountBy": 3}],
+        },
+    )
+    listing = {"ClusterName": "hp", "InstanceGroupNameContains": "gpu"}
+    spare = group_page({"i-s": "Running"}, "gpu-spare")["ClusterNodeSummaries"]
+    first = group_page({"i-1": "Running", "i-2": "Running", "i-3": "Pending", "i-4": "Pending"})
+    stub.add_response("list_cluster_nodes", {"ClusterNodeSummaries": first["ClusterNodeSummaries"] + spare}, listing)
+    running = group_page({f"i-{n}": "Running" for n in range(1, 6)})
+    stub.add_response("list_cluster_nodes", {"ClusterNodeSummaries": running["ClusterNodeSummaries"] + spare}, listing)
+    monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
+    with stub:
+        code, out, err = run(
+            capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "3", "--poll-seconds", "0", "--json"
+        )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["target_count"] == 5 and report["running"] == 5
+    assert report["added"] == ["gpu-new-0", "gpu-new-1", "gpu-new-2"]
+    assert "2/5 running" in err and "5/5 running" in err  # the progress bar, spare node not counted
+    stub.assert_no_pending_responses()
+
+
+def test_add_splits_into_requests_of_50_and_reports_refused_nodes(capsys, monkeypatch) -> None:
+    """Stubber: 60 nodes are two requests (50 + 10); nodes the API refuses are printed and fail the command."""
+    client, stub = stubbed_client()
+    stub.add_response("describe_cluster", described(target=0), {"ClusterName": "hp"})
+    for increment, answer in (
+        (50, added(50)),
+        (
+            10,
+            {
+                "Successful": [],
+                "Failed": [
+                    {
+                        "InstanceGroupName": "gpu",
+                        "ErrorCode": "InvalidInstanceGroupStatus",
+                        "FailedCount": 10,
+                        "Message": "instance group is updating",
+                    }
+                ],
+            },
+        ),
+    ):
+        stub.add_response(
+            "batch_add_cluster_nodes",
+            answer,
+            {
+                "ClusterName": "hp",
+                "ClientToken": ANY,
+                "NodesToAdd": [{"InstanceGroupName": "gpu", "IncrementTargetCountBy": increment}],
+            },
+        )
+    monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
+    with stub:
+        code, out, err = run(capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "60", "--no-wait")
+    assert code == 1
+    assert "failed: 10 node(s) of gpu: InvalidInstanceGroupStatus: instance group is updating" in err
+    assert out.strip() == "add: 50 of 60 accepted into gpu"
+    stub.assert_no_pending_responses()
+
+
+def test_add_gives_up_at_the_timeout(capsys, monkeypatch) -> None:
+    """Stubber: the group never reaches its target: exit 1 with the count that did run."""
+    client, stub = stubbed_client()
+    stub.add_response("describe_cluster", described(target=1), {"ClusterName": "hp"})
+    stub.add_response("batch_add_cluster_nodes", added(1), None)
+    stub.add_response("list_cluster_nodes", group_page({"i-1": "Running", "i-2": "Pending"}), None)
+    monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
+    with stub:
+        code, out, _ = run(
+            capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "1", "--timeout-minutes", "0"
+        )
+    assert code == 1
+    assert out.strip() == "add: 1 of 1 accepted into gpu, 1/2 running"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cluster", "nope", "--group", "gpu"], "--cluster: no HyperPod cluster 'nope'"),
+        (
+            ["--cluster", "hp", "--group", "gpux"],
+            "--group: 'gpux' is not an instance group of hp; its groups: cpu, gpu",
+        ),
+        # moto's DescribeCluster has no NodeProvisioningMode: as a cluster created without Continuous.
+        (["--cluster", "hp", "--group", "gpu"], "BatchAddClusterNodes needs Continuous"),
+    ],
+)
+def test_add_refuses_what_the_api_would_refuse(endpoint, cluster, capsys, argv, message) -> None:
+    """moto server: unknown cluster or group, and a cluster not in Continuous mode: exit 2, no node added."""
+    code, out, err = run(capsys, "nodes", "add", *argv, "--count", "2", "--endpoint-url", endpoint)
+    assert code == 2 and message in err and not out
+    assert len(list_nodes(sagemaker(endpoint), cluster)) == 32
+
+
+def test_add_needs_a_positive_count(capsys, monkeypatch) -> None:
+    """No AWS call: --count 0 is bad input."""
+    monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: pytest.fail("no AWS call"))
+    code, _, err = run(capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "0")
+    assert code == 2 and "--count: 0 must be >= 1" in err

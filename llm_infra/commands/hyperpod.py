@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from llm_infra.terminal import print_table, progress_bar
+from llm_infra.terminal import UsageError, print_table, progress_bar
 
 
 def register(commands: Any) -> None:
@@ -27,6 +27,17 @@ def register(commands: Any) -> None:
         act.add_argument("--timeout-minutes", type=float, default=60)
         act.add_argument("--poll-seconds", type=float, default=30)
         act.set_defaults(handler=run_nodes_action, action=action)
+
+    add = nodes.add_parser(
+        "add", help="add nodes to an instance group (BatchAddClusterNodes, Continuous provisioning), then wait"
+    )
+    add_aws_flags(add)
+    add.add_argument("--group", required=True, help="instance group name, e.g. gpu")
+    add.add_argument("--count", type=int, required=True, help="nodes to add (requests of at most 50)")
+    add.add_argument("--no-wait", action="store_true", help="return once the API accepted the request")
+    add.add_argument("--timeout-minutes", type=float, default=60)
+    add.add_argument("--poll-seconds", type=float, default=30)
+    add.set_defaults(handler=run_nodes_add)
 
     cluster = commands.add_parser("cluster", help="HyperPod cluster").add_subparsers(
         dest="cluster_command", required=True
@@ -104,6 +115,50 @@ def run_nodes_action(args: argparse.Namespace) -> int:
         else f"{args.action}: {len(result.successful)} accepted, {len(result.failed)} failed, {len(pending)} not back"
     )
     return 0 if not result.failed and not pending else 1
+
+
+def run_nodes_add(args: argparse.Namespace) -> int:
+    from llm_infra.hyperpod_ops import add_nodes, wait_for_group
+
+    if args.count < 1:
+        raise UsageError(f"--count: {args.count} must be >= 1")
+    sagemaker = aws_client(args, "sagemaker")
+    try:
+        result = add_nodes(sagemaker, args.cluster, args.group, args.count)
+    except ValueError as err:
+        raise UsageError(f"--{err}") from None
+    for failure in result.failed:
+        print(
+            f"failed: {failure.get('FailedCount')} node(s) of {failure['InstanceGroupName']}: "
+            f"{failure.get('ErrorCode')}: {failure.get('Message', '')}",
+            file=sys.stderr,
+        )
+    running = None
+    if result.node_logical_ids and not args.no_wait:
+        running = wait_for_group(
+            sagemaker,
+            args.cluster,
+            args.group,
+            result.target_count,
+            timeout_seconds=args.timeout_minutes * 60,
+            poll_seconds=args.poll_seconds,
+            on_progress=progress_bar,
+        )
+        print(file=sys.stderr)
+    report: dict[str, Any] = {
+        "group": args.group,
+        "added": result.node_logical_ids,
+        "failed": result.failed,
+        "target_count": result.target_count,
+        "running": running,
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        waited = "" if running is None else f", {running}/{result.target_count} running"
+        print(f"add: {len(result.node_logical_ids)} of {args.count} accepted into {args.group}{waited}")
+    reached = running is None or running >= result.target_count
+    return 0 if len(result.node_logical_ids) == args.count and reached else 1
 
 
 def run_cluster_status(args: argparse.Namespace) -> int:

@@ -1,0 +1,112 @@
+"""What ``validate`` and ``drill`` share: the app's config, the cluster they act on, its Kubernetes API.
+
+The config is the CDK app's (``cdk.json`` context plus ``-c KEY=VALUE``, as ``cdk synth -c``), so the
+objects these commands apply are the ones the app renders. ``--cluster`` names the HyperPod cluster
+(compute=hyperpod) or the EKS cluster (compute=eks); its EKS ARN picks the kubeconfig context that
+``aws eks update-kubeconfig`` wrote, unless ``--context`` names one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_infra.commands.hyperpod import add_aws_flags, aws_client
+from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.k8s_manifests.values import WorkloadValues
+from llm_infra.kube import Kube, KubeError, context_for_cluster
+from llm_infra.terminal import UsageError
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    name: str  # as given with --cluster
+    compute: str  # "eks" or "hyperpod"
+    eks_arn: str
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
+    add_aws_flags(parser)
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+    parser.add_argument(
+        "--context", help="kubeconfig context (default: the one `aws eks update-kubeconfig` wrote for the cluster)"
+    )
+    parser.add_argument("--app-dir", default=".", help="the CDK app's folder; its cdk.json context is the config")
+    parser.add_argument(
+        "-c",
+        "--cdk-context",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config value, as `cdk synth -c KEY=VALUE` (repeatable)",
+    )
+    parser.add_argument(
+        "--outputs-file",
+        default="cdk-outputs.json",
+        help="`cdk deploy --outputs-file` output, relative to --app-dir: the FSx volume, the checkpoint bucket",
+    )
+    parser.add_argument("--poll-seconds", type=float, default=10.0, help="seconds between looks at the cluster")
+
+
+def load_config(args: argparse.Namespace) -> TrainingConfig:
+    """The app's config: ``cdk.json``'s context in ``--app-dir``, then each ``-c KEY=VALUE``."""
+    path = Path(args.app_dir) / "cdk.json"
+    if not path.is_file():
+        raise UsageError(f"--app-dir: {args.app_dir} has no cdk.json (run in the CDK app's folder or pass --app-dir)")
+    context = dict(json.loads(path.read_text()).get("context", {}))
+    for item in args.cdk_context:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise UsageError(f"-c/--cdk-context: expected KEY=VALUE, got {item!r}")
+        context[key] = value
+    try:
+        return TrainingConfig.from_context(context)
+    except ConfigError as err:
+        raise UsageError(str(err)) from None
+
+
+def workload_values(args: argparse.Namespace, config: TrainingConfig) -> WorkloadValues:
+    """The charts' values for ``config``, with what the outputs file tells (the FSx volume, the
+    checkpoint bucket): the same values ``make synth`` writes ``k8s_manifests/dist/`` with."""
+    from llm_infra.k8s_manifests.render import deployed_values
+
+    try:
+        return deployed_values(config, Path(args.app_dir) / args.outputs_file)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+
+def resolve_cluster(args: argparse.Namespace, config: TrainingConfig) -> ClusterTarget:
+    """The cluster behind ``--cluster``, checked against the AWS API (an unknown name is bad input)."""
+    from llm_infra.hyperpod_ops import describe_cluster
+
+    args.region = args.region or config.region or config.gpu_az_region
+    if config.compute == "hyperpod":
+        try:
+            described = describe_cluster(aws_client(args, "sagemaker"), args.cluster)
+        except ValueError as err:
+            raise UsageError(f"--{err}") from None
+        arn = (described.get("Orchestrator") or {}).get("Eks", {}).get("ClusterArn")
+        if not arn:
+            raise UsageError(f"--cluster: HyperPod cluster {args.cluster!r} has no EKS orchestrator")
+        return ClusterTarget(args.cluster, "hyperpod", str(arn))
+    eks = aws_client(args, "eks")
+    try:
+        arn = eks.describe_cluster(name=args.cluster)["cluster"]["arn"]
+    except eks.exceptions.ResourceNotFoundException:
+        raise UsageError(
+            f"--cluster: no EKS cluster {args.cluster!r} in {args.region} (with compute=hyperpod, name the HyperPod "
+            "cluster: -c compute=hyperpod)"
+        ) from None
+    return ClusterTarget(args.cluster, "eks", str(arn))
+
+
+def connect(args: argparse.Namespace, target: ClusterTarget) -> Kube:
+    """The cluster's Kubernetes API through the kubeconfig."""
+    try:
+        context = args.context or context_for_cluster(target.eks_arn, args.kubeconfig)
+    except KubeError as err:
+        raise UsageError(f"--context: {err}") from None
+    return Kube.connect(kubeconfig=args.kubeconfig, context=context)
