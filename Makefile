@@ -22,10 +22,11 @@ $(STAMP): pyproject.toml package.json package-lock.json
 	npm ci --no-fund --no-audit --loglevel=error
 	touch $@
 
+# `make synth RAY_IMAGE=<image>`: also the Ray manifests, on that image (workloads/Dockerfile, pushed).
 synth: $(STAMP)
-	npx cdk synth --no-notices --no-version-reporting --quiet -c manifests_dir=k8s_manifests/dist
-	$(BIN)/python -m llm_infra.synth_summary cdk.out
-	@echo "kubernetes manifests: $$(ls k8s_manifests/dist | tr '\n' ' ')"
+	npx cdk synth --no-notices --no-version-reporting --quiet -c manifests_dir=k8s_manifests/dist \
+		$(if $(RAY_IMAGE),-c ray_image=$(RAY_IMAGE))
+	$(BIN)/python -m llm_infra.synth_summary cdk.out k8s_manifests/dist
 
 # The README's picture of the CloudWatch dashboard, drawn from the synthesized template.
 dashboard: synth

@@ -1,4 +1,4 @@
-"""KubeRayChart: a fault-tolerant RayCluster (GCS in Redis) and a RayJob running Ray Train."""
+"""KubeRayChart: a RayCluster that holds no GPU until work arrives, and a RayJob that resumes from FSx."""
 
 from __future__ import annotations
 
@@ -17,18 +17,35 @@ RAY_JOB = "ray-train"
 REDIS = "ray-gcs-redis"
 REDIS_IMAGE = "public.ecr.aws/docker/library/redis:7.4.2"
 REDIS_PORT = 6379
+# The Secret you create before applying (README): the Redis password, never written into a manifest.
+REDIS_PASSWORD_SECRET = {"name": "ray-gcs-redis", "key": "password"}
+# Append-only file in /data; the password from the env var (the kubelet expands $(REDIS_PASSWORD)).
+REDIS_ARGS = ["--appendonly", "yes", "--dir", "/data", "--requirepass", "$(REDIS_PASSWORD)"]
+# KubeRay labels every pod of a RayCluster (and its Redis cleanup Job) with the cluster's name.
+CLUSTER_LABEL = "ray.io/cluster"
+RAY_ENV = {"PYTHONPATH": WORKLOADS_MOUNT, "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 class KubeRayChart(cdk8s.Chart):
-    """Ray on the GPU nodes, surviving a head restart.
+    """Ray on the GPU nodes, applied on demand (``kubectl apply``), never at deploy.
 
-    - Redis (external GCS storage) on the FSx volume, reachable only from Ray pods (NetworkPolicy);
-    - a RayCluster: the head on system nodes, a GPU worker group with the same GPU/EFA/shm/FSx
-      settings as the training jobs, autoscaling between ``gpu_nodes_min`` and ``gpu_nodes_max``,
-      ``gcsFaultToleranceOptions`` pointing at Redis, so workers keep running while the head
-      restarts;
-    - a RayJob that runs ``workloads/ray_train.py`` (TorchTrainer, ``storage_path`` on FSx,
-      ``FailureConfig(max_failures)``) on that cluster and resumes from its latest checkpoint.
+    - ``RayCluster ray``: a long-lived cluster to submit to. Its head runs on the system nodes and
+      holds no GPU; its GPU worker group starts at zero and KubeRay's autoscaler (v2) adds whole GPU
+      nodes when work asks for GPUs, up to ``gpu_nodes_max``, and removes them ``idle_timeout_seconds``
+      after they fall idle. GCS fault tolerance on an in-cluster Redis (append-only file on FSx, the
+      password from the Secret ``ray-gcs-redis``, reachable only from this cluster's pods) keeps the
+      workers through a head restart.
+    - ``RayJob ray-train``: ``ray_train.py`` (train.py's loop under Ray Train) on a cluster of its
+      own, with the same head and workers and no GCS fault tolerance (a RayJob's driver dies with its
+      head whatever GCS keeps, and KubeRay does not restart the head of a RayJob's cluster). A failed
+      worker is retried in place by Ray Train (``max_failures``); a lost head or driver fails the
+      job and KubeRay retries it ``backoff_limit`` times on a new cluster; every attempt resumes
+      from the checkpoint dir on FSx. The cluster is deleted ``ttl_seconds_after_finished`` after
+      the job ends.
+
+    Both pass the GPU workers the NCCL/EFA environment, devices, hugepages, FSx and health-status
+    placement of the training jobs; across nodes with EFA the job first checks, as the validation
+    suite does, that NCCL runs on EFA and not on sockets.
     """
 
     def __init__(
@@ -37,25 +54,59 @@ class KubeRayChart(cdk8s.Chart):
         construct_id: str,
         *,
         values: WorkloadValues,
+        preset: str = "8b",
+        steps: int = 1000,
+        checkpoint_every: int = 100,
         max_failures: int = 3,
-        steps: int = 200,
+        backoff_limit: int = 2,
+        ttl_seconds_after_finished: int = 600,
+        idle_timeout_seconds: int = 300,
     ) -> None:
         super().__init__(scope, construct_id)
-        if max_failures < 0:
-            raise ValueError(f"max_failures: {max_failures} must be >= 0")
-        self._redis(values)
-        self._cluster(values)
-        entrypoint = " ".join(
-            [
-                f"python {WORKLOADS_MOUNT}/ray_train.py",
-                f"--storage-path={values.fsx_mount_path}/ray/results",
-                f"--name={RAY_JOB}",
-                f"--num-workers={values.gpu_nodes * values.profile.gpus}",
-                "--use-gpu",
-                f"--max-failures={max_failures}",
-                f"--steps={steps}",
-            ]
+        if values.ray_image is None:
+            raise ValueError(
+                "ray_image: the Ray head and workers need an image with torch, Ray and the EFA libraries; "
+                "set ray_image to workloads/Dockerfile built and pushed, or deploy with image_asset=true"
+            )
+        counts = {
+            "steps": steps,
+            "checkpoint_every": checkpoint_every,
+            "ttl_seconds_after_finished": ttl_seconds_after_finished,
+            "idle_timeout_seconds": idle_timeout_seconds,
+        }
+        for key, value in counts.items():
+            if value < 1:
+                raise ValueError(f"{key}: {value} must be >= 1")
+        for key, value in {"max_failures": max_failures, "backoff_limit": backoff_limit}.items():
+            if value < 0:
+                raise ValueError(f"{key}: {value} must be >= 0")
+        self.values, self.image, self.idle_timeout_seconds = values, values.ray_image, idle_timeout_seconds
+        self._redis()
+        api_object(
+            self,
+            "Cluster",
+            api_version="ray.io/v1",
+            kind="RayCluster",
+            name=RAY_CLUSTER,
+            namespace=values.namespace,
+            body={"spec": self._cluster_spec(fault_tolerant=True)},
         )
+        checkpoint_dir = f"{values.fsx_mount_path}/checkpoints/{RAY_JOB}"
+        entrypoint = [
+            f"python3 {WORKLOADS_MOUNT}/ray_train.py",
+            f"--num-workers={values.gpu_nodes * values.profile.gpus}",
+            "--use-gpu",
+            f"--storage-path={values.fsx_mount_path}/ray/results",
+            f"--name={RAY_JOB}",
+            f"--max-failures={max_failures}",
+            f"--checkpoint-dir={checkpoint_dir}",  # every attempt, every new cluster resumes from here
+            f"--preset={preset}",
+            f"--steps={steps}",
+            f"--checkpoint-every={checkpoint_every}",
+            f"--pg-timeout-seconds={values.pg_timeout_seconds}",
+        ]
+        if values.gpu_nodes > 1 and values.efa_devices:  # one node talks over NVLink: no network channel
+            entrypoint.append("--expect-efa-transport")
         api_object(
             self,
             "Job",
@@ -63,11 +114,87 @@ class KubeRayChart(cdk8s.Chart):
             kind="RayJob",
             name=RAY_JOB,
             namespace=values.namespace,
-            body={"spec": {"clusterSelector": {"ray.io/cluster": RAY_CLUSTER}, "entrypoint": entrypoint}},
+            body={
+                "spec": {
+                    "entrypoint": " ".join(entrypoint),
+                    "backoffLimit": backoff_limit,
+                    "shutdownAfterJobFinishes": True,
+                    "ttlSecondsAfterFinished": ttl_seconds_after_finished,
+                    "rayClusterSpec": self._cluster_spec(fault_tolerant=False),
+                }
+            },
         )
 
-    def _redis(self, values: WorkloadValues) -> None:
+    def _cluster_spec(self, *, fault_tolerant: bool) -> dict[str, Any]:
+        values = self.values
+        spec: dict[str, Any] = {
+            "rayVersion": values.ray_version,
+            # The dashboard and job API only for token holders; KubeRay keeps the token in a Secret named
+            # after the cluster and hands it to the pods and the submitter (needs Ray >= 2.52: KubeRay v1.7.0
+            # ray-operator/controllers/ray/utils/validation.go).
+            "authOptions": {"mode": "token"},
+            "enableInTreeAutoscaling": True,
+            "autoscalerOptions": {"version": "v2", "idleTimeoutSeconds": self.idle_timeout_seconds},
+            "headGroupSpec": self._head_group(),
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": 0,
+                    "minReplicas": 0,
+                    "maxReplicas": values.gpu_nodes_max,
+                    "rayStartParams": {},
+                    "template": {
+                        "spec": gpu_pod_spec(
+                            values,
+                            container_name="ray-worker",
+                            command=None,  # KubeRay's `ray start`
+                            image=self.image,
+                            restart_policy=None,  # autoscaler v2: Never or unset
+                            extra_env=RAY_ENV,
+                        )
+                    },
+                }
+            ],
+        }
+        if fault_tolerant:
+            spec["gcsFaultToleranceOptions"] = {
+                "redisAddress": f"{REDIS}.{values.namespace}.svc.cluster.local:{REDIS_PORT}",
+                "redisPassword": {"valueFrom": {"secretKeyRef": REDIS_PASSWORD_SECRET}},
+            }
+        return spec
+
+    def _head_group(self) -> dict[str, Any]:
+        """On a system node, no GPU and no CPU for tasks (the workers' place): GCS, the dashboard, the
+        driver and Ray Train's controller. No service account: KubeRay gives it one with the autoscaler's
+        rights only."""
+        values = self.values
+        return {
+            "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
+            "template": {
+                "spec": {
+                    "nodeSelector": {NODE_ROLE_LABEL: "system"},
+                    "volumes": volumes(values),
+                    "containers": [
+                        {
+                            "name": "ray-head",
+                            "image": self.image,
+                            "env": [{"name": k, "value": v} for k, v in RAY_ENV.items()],
+                            # One CPU: it runs no tasks. Two heads (the cluster's and the job's), their
+                            # autoscalers and Redis must fit the system nodes beside the operators.
+                            "resources": {"requests": {"cpu": "1", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
+                            "volumeMounts": volume_mounts(values),
+                        }
+                    ],
+                }
+            },
+        }
+
+    def _redis(self) -> None:
+        """Redis for GCS fault tolerance: one pod on the system nodes, its append-only file on FSx,
+        the password from the Secret, reachable only from the RayCluster's pods."""
+        values = self.values
         labels = {"app.kubernetes.io/name": REDIS}
+        password = {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": REDIS_PASSWORD_SECRET}}
         api_object(
             self,
             "Redis",
@@ -89,8 +216,19 @@ class KubeRayChart(cdk8s.Chart):
                                 {
                                     "name": "redis",
                                     "image": REDIS_IMAGE,
-                                    "args": ["--appendonly", "yes", "--dir", "/data"],
+                                    "args": REDIS_ARGS,
+                                    "env": [password],
                                     "ports": [{"containerPort": REDIS_PORT, "name": "redis"}],
+                                    "readinessProbe": {
+                                        "exec": {
+                                            "command": [
+                                                "sh",
+                                                "-c",
+                                                'redis-cli -a "$REDIS_PASSWORD" --no-auth-warning ping | grep -q PONG',
+                                            ]
+                                        },
+                                        "periodSeconds": 10,
+                                    },
                                     "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
                                     "volumeMounts": [{"name": "fsx", "mountPath": "/data", "subPath": "ray/redis"}],
                                 }
@@ -125,66 +263,8 @@ class KubeRayChart(cdk8s.Chart):
                     "policyTypes": ["Ingress"],
                     "ingress": [
                         {
-                            "from": [{"podSelector": {"matchLabels": {"ray.io/cluster": RAY_CLUSTER}}}],
+                            "from": [{"podSelector": {"matchLabels": {CLUSTER_LABEL: RAY_CLUSTER}}}],
                             "ports": [{"port": REDIS_PORT, "protocol": "TCP"}],
-                        }
-                    ],
-                }
-            },
-        )
-
-    def _cluster(self, values: WorkloadValues) -> None:
-        env = [{"name": "PYTHONPATH", "value": WORKLOADS_MOUNT}, {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"}]
-        head: dict[str, Any] = {
-            "rayStartParams": {"num-gpus": "0", "dashboard-host": "0.0.0.0"},
-            "template": {
-                "spec": {
-                    "serviceAccountName": values.service_account,
-                    "nodeSelector": {NODE_ROLE_LABEL: "system"},
-                    "volumes": volumes(values),
-                    "containers": [
-                        {
-                            "name": "ray-head",
-                            "image": values.ray_image,
-                            "env": env,
-                            "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
-                            "volumeMounts": volume_mounts(values),
-                        }
-                    ],
-                }
-            },
-        }
-        worker_spec = gpu_pod_spec(
-            values,
-            container_name="ray-worker",
-            command=None,
-            image=values.ray_image,
-            restart_policy=None,
-            extra_env={"PYTHONPATH": WORKLOADS_MOUNT, "RAY_USAGE_STATS_ENABLED": "0"},
-        )
-        api_object(
-            self,
-            "Cluster",
-            api_version="ray.io/v1",
-            kind="RayCluster",
-            name=RAY_CLUSTER,
-            namespace=values.namespace,
-            body={
-                "spec": {
-                    "rayVersion": values.ray_version,
-                    "enableInTreeAutoscaling": True,
-                    "gcsFaultToleranceOptions": {
-                        "redisAddress": f"{REDIS}.{values.namespace}.svc.cluster.local:{REDIS_PORT}"
-                    },
-                    "headGroupSpec": head,
-                    "workerGroupSpecs": [
-                        {
-                            "groupName": "gpu",
-                            "replicas": values.gpu_nodes,
-                            "minReplicas": values.gpu_nodes_min,
-                            "maxReplicas": values.gpu_nodes_max,
-                            "rayStartParams": {},
-                            "template": {"spec": worker_spec},
                         }
                     ],
                 }

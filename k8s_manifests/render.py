@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import cdk8s
 
-from llm_infra.config import TrainingConfig
+from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.base_chart import BaseChart
 from llm_infra.k8s_manifests.fsx_storage_chart import FsxStorageChart
 from llm_infra.k8s_manifests.kuberay_chart import KubeRayChart
@@ -18,8 +19,10 @@ from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.validation_chart import ValidationChart
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 
-# The charts that start PyTorchJobs on every GPU node (the rest set the cluster up and hold no GPU).
+# The charts that start training jobs on every GPU node (the rest set the cluster up and hold no GPU).
 JOB_CHARTS = ("validation", "training-job")
+# The cluster stack's output with the image that ``image_asset=true`` builds (stacks/cluster_stack.py).
+TRAINING_IMAGE_OUTPUT = "TrainingImageUri"
 
 
 def build_charts(
@@ -27,15 +30,16 @@ def build_charts(
 ) -> dict[str, cdk8s.Chart]:
     """The charts for ``values`` by file name; the FSx volume only when its ids are known.
 
-    ``jobs`` adds the validation and training PyTorchJobs, ``ray`` the RayCluster and its RayJob
-    (GPU workers: run on demand, never applied by ``cdk deploy``), ``recipe`` the real-model run of
-    ``values.recipe`` (data preparation, then training): two files to apply one after the other.
+    ``jobs`` adds the validation and training jobs (PyTorchJob or HyperPodPyTorchJob), ``ray`` the
+    RayCluster and its RayJob (GPU workers: run on demand, never applied by ``cdk deploy``),
+    ``recipe`` the real-model run of ``values.recipe`` (data preparation, then training): two files
+    to apply one after the other.
     """
     charts: dict[str, cdk8s.Chart] = {"base": BaseChart(app, "base", values=values)}
     if values.fsx is not None:
         charts["fsx-storage"] = FsxStorageChart(app, "fsx-storage", values=values)
     charts["node-monitoring"] = NodeMonitoringChart(app, "node-monitoring", values=values)
-    if ray:
+    if ray and values.ray_image is not None:  # Ray needs its image (torch + Ray + EFA): none, no chart
         charts["kuberay"] = KubeRayChart(app, "kuberay", values=values)
     if jobs:
         charts["validation"] = ValidationChart(app, "validation", values=values)
@@ -66,9 +70,64 @@ def fsx_from_outputs(outputs_file: Path, storage_gib: int) -> FsxVolume | None:
     return None
 
 
+def checkpoint_bucket_from_outputs(outputs_file: Path) -> str | None:
+    """The checkpoint bucket's name from ``cdk deploy --outputs-file`` (the storage stack's outputs), if present."""
+    if not outputs_file.is_file():
+        return None
+    for outputs in json.loads(outputs_file.read_text()).values():
+        if "CheckpointBucketName" in outputs:
+            return str(outputs["CheckpointBucketName"])
+    return None
+
+
+def training_image_from_outputs(outputs_file: Path) -> str | None:
+    """The image ``image_asset=true`` built and pushed, from ``cdk deploy --outputs-file`` (the cluster
+    stack's outputs), if present."""
+    if not outputs_file.is_file():
+        return None
+    for outputs in json.loads(outputs_file.read_text()).values():
+        if TRAINING_IMAGE_OUTPUT in outputs:
+            return str(outputs[TRAINING_IMAGE_OUTPUT])
+    return None
+
+
+def with_deployed_ray_image(config: TrainingConfig, outputs_file: Path) -> TrainingConfig:
+    """``config`` with the deployed training image as its Ray image when ``ray_image`` is unset.
+
+    The image is workloads/Dockerfile built with ``RAY_VERSION=ray_version``, tagged ``ray<version>-<hash>``
+    (the cluster stack's docker tag prefix), so the Ray image rules hold for it as for one set by hand; a
+    mismatch means the deployed image holds another Ray than ``ray_version`` now asks for.
+    """
+    built = training_image_from_outputs(outputs_file) if config.ray_image is None else None
+    if built is None:
+        return config
+    try:
+        return config.with_(ray_image=built)
+    except ConfigError as error:
+        raise ConfigError(
+            f"{TRAINING_IMAGE_OUTPUT} in {outputs_file} ({built}) does not fit this config: deploy again with "
+            f"image_asset=true to rebuild it for ray_version, or set ray_image.\n{error}"
+        ) from None
+
+
+def deployed_values(config: TrainingConfig, outputs_file: Path) -> WorkloadValues:
+    """The values for ``config`` with what the deployed stacks' outputs tell: the FSx volume, the
+    checkpoint bucket (for tiered checkpoints) and the image ``image_asset`` built (the jobs' image with
+    ``image_asset``, the Ray pods' when ``ray_image`` is unset), each when present."""
+    config = with_deployed_ray_image(config, outputs_file)
+    values = WorkloadValues.from_config(
+        config,
+        fsx=fsx_from_outputs(outputs_file, config.fsx_storage_gib),
+        checkpoint_bucket=checkpoint_bucket_from_outputs(outputs_file),
+    )
+    built = training_image_from_outputs(outputs_file)
+    # As in the CDK app (stacks/workloads.py): with image_asset the jobs run the image deploy built too.
+    return replace(values, image=built) if config.image_asset and built else values
+
+
 def write_dist(config: TrainingConfig, outdir: Path, *, outputs_file: Path = Path("cdk-outputs.json")) -> list[Path]:
     """Write one YAML file per chart into ``outdir`` (old files there are removed)."""
-    values = WorkloadValues.from_config(config, fsx=fsx_from_outputs(outputs_file, config.fsx_storage_gib))
+    values = deployed_values(config, outputs_file)
     outdir.mkdir(parents=True, exist_ok=True)
     for old in outdir.glob("*.k8s.yaml"):
         old.unlink()

@@ -1,6 +1,7 @@
-"""Print a short summary of a synthesized cloud assembly: stacks and resource counts by type.
+"""Print a short summary of a synthesized cloud assembly: stacks and resource counts by type, and the
+Kubernetes manifests written beside it.
 
-Usage: ``python -m llm_infra.synth_summary [cdk.out]``
+Usage: ``python -m llm_infra.synth_summary [cdk.out [k8s_manifests/dist]]``
 """
 
 from __future__ import annotations
@@ -28,12 +29,28 @@ def summarize(outdir: Path) -> str:
     return "\n".join(lines)
 
 
+def manifests_summary(dist: Path) -> list[str]:
+    """The manifests in ``dist``, and how to get the Ray ones when they are missing (they need an image
+    with Ray: k8s_manifests/render.py renders them only once one is known)."""
+    names = sorted(p.name for p in dist.glob("*.k8s.yaml"))
+    lines = [f"kubernetes manifests: {' '.join(names)}"]
+    if "kuberay.k8s.yaml" not in names:
+        lines.append(
+            "kuberay.k8s.yaml: not rendered, no Ray image known: build and push workloads/Dockerfile, then "
+            "make synth RAY_IMAGE=<account>.dkr.ecr.<region>.amazonaws.com/llm-infra-training:<dlc_image_tag>"
+            "-ray<ray_version>; or deploy with -c image_asset=true --outputs-file cdk-outputs.json, then make synth"
+        )
+    return lines
+
+
 def main(argv: list[str]) -> int:
     outdir = Path(argv[1] if len(argv) > 1 else "cdk.out")
     if not (outdir / "manifest.json").is_file():
         print(f"no cloud assembly in {outdir}: run `make synth` first", file=sys.stderr)
         return 1
     print(summarize(outdir))
+    if len(argv) > 2:
+        print("\n".join(manifests_summary(Path(argv[2]))))
     return 0
 
 

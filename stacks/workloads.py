@@ -7,6 +7,7 @@ from dataclasses import replace
 import cdk8s
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_s3 as s3
 from constructs import Construct, IDependable
 
 from llm_infra.config import TrainingConfig
@@ -19,15 +20,26 @@ from llm_infra.node_labels import HEALTH_STATUS_TOLERATION
 from llm_infra.versions import KUBERAY_OPERATOR, TOKENIZERS_VERSION
 
 
-def workload_values(config: TrainingConfig, lustre: LustreStorage) -> WorkloadValues:
-    """The one bridge: the charts get the file system's CDK tokens as plain strings."""
+def training_image_tag_prefix(ray_version: str) -> str:
+    """The prefix of the tag ``image_asset`` pushes its image under (the asset hash follows), so the tag
+    names the Ray inside like a hand-built Ray image's (``ray_image``: ``...-ray2.60.0``); the cluster
+    stack's synthesizer sets it (``DefaultStackSynthesizer(docker_tag_prefix=...)``)."""
+    return f"ray{ray_version}-"
+
+
+def workload_values(
+    config: TrainingConfig, lustre: LustreStorage, *, checkpoint_bucket: s3.IBucket | None = None
+) -> WorkloadValues:
+    """The one bridge: the charts get the file system's (and the checkpoint bucket's) CDK tokens as
+    plain strings."""
     fsx = FsxVolume(
         file_system_id=lustre.file_system_id,
         dns_name=lustre.dns_name,
         mount_name=lustre.mount_name,
         storage_gib=config.fsx_storage_gib,
     )
-    return WorkloadValues.from_config(config, fsx=fsx)
+    bucket = checkpoint_bucket.bucket_name if checkpoint_bucket is not None else None
+    return WorkloadValues.from_config(config, fsx=fsx, checkpoint_bucket=bucket)
 
 
 class ClusterWorkloads(Construct):
@@ -35,9 +47,10 @@ class ClusterWorkloads(Construct):
 
     The platform charts (namespace, service accounts, payload ConfigMap, FSx volume, the Xid
     monitor) are always applied; nothing applied at deploy holds a GPU. The GPU jobs (validation,
-    training) only with ``apply_jobs``, after ``training_operator`` (the stack that installs the
-    PyTorchJob CRD and operator); the RayCluster and recipes run on demand from
-    ``k8s_manifests/dist/``.
+    training) only with ``apply_jobs``, after ``training_operator`` (what installs the job kind's CRD
+    and operator: Kubeflow's for PyTorchJob, the HyperPod training operator add-on for
+    HyperPodPyTorchJob); the RayCluster and recipes run on demand from ``k8s_manifests/dist/``.
+    With ``image_asset``, ``training_image`` is the image ``cdk deploy`` builds from workloads/Dockerfile.
     """
 
     def __init__(
@@ -53,10 +66,11 @@ class ClusterWorkloads(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         if apply_jobs and training_operator is None:
-            raise ValueError("training_operator: required with apply_jobs (the jobs are PyTorchJobs)")
+            raise ValueError("training_operator: required with apply_jobs (the jobs need their operator's CRD)")
+        self.training_image: ecr_assets.DockerImageAsset | None = None
         if image_asset:
             # The DLC image with the payload, Ray and tokenizers baked in, built and pushed by `cdk deploy`.
-            image = ecr_assets.DockerImageAsset(
+            image = self.training_image = ecr_assets.DockerImageAsset(
                 self,
                 "TrainingImage",
                 directory=str(WORKLOADS_DIR),

@@ -18,6 +18,12 @@ from llm_infra.stacks.training_app import add_training_stacks
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 _ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
+# A Ray image as users pass it (-c ray_image=...): workloads/Dockerfile built on the DLC training image
+# and pushed to their ECR, its tag naming the DLC and the Ray inside. Without one (and without
+# image_asset), the Ray manifests are not rendered.
+RAY_TEST_IMAGE = (
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-infra-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2-ray2.60.0"
+)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -8,6 +8,7 @@ kind we use has its operator installed, in time. Models: ``upstream_charts.py``,
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -29,12 +30,13 @@ from cluster_model import (
 )
 from upstream_charts import PodTemplate, addon_pods, chart_model, hyperpod_chart
 
-from conftest import hyperpod_config
+from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
 from llm_infra.k8s_manifests.render import write_dist
 
-CONFIGS = {"eks": TrainingConfig(), "hyperpod": hyperpod_config()}
+# With a Ray image, so that dist holds the Ray manifests too (it changes no template).
+CONFIGS = {"eks": TrainingConfig(ray_image=RAY_TEST_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_TEST_IMAGE)}
 OUTPUTS = {"llm-infra-storage": {"FileSystemId": "fs-0", "FileSystemDnsName": "fs-0.fsx", "FileSystemMountName": "m"}}
 LUSTRE_TCP_PORTS = [p.to_rule_json() for p in LUSTRE_PORTS]
 
@@ -61,7 +63,11 @@ class Deployment:
         pods = [
             pod
             for _, _, addon in self.templates.resources("AWS::EKS::Addon")
-            for pod in addon_pods(addon["Properties"]["AddonName"], addon["Properties"]["AddonVersion"])
+            for pod in addon_pods(
+                addon["Properties"]["AddonName"],
+                addon["Properties"]["AddonVersion"],
+                addon["Properties"].get("ConfigurationValues"),
+            )
         ]
         for _, _, chart in self.templates.resources("Custom::AWSCDK-EKS-HelmChart"):
             props = chart["Properties"]
@@ -112,11 +118,12 @@ def test_everything_applied_at_deploy_fits_and_holds_no_gpu(deployed: Deployment
     assert all(n.used.get(GPU, 0) == 0 and n.used.get(EFA, 0) == 0 for n in cluster)
 
 
+# job -> (file, the object whose pods it is: its name, whatever its kind; "": every object in the file)
 ON_DEMAND = {
-    "validation-1-health": ("validation", "Job/validation-1-health"),
-    "validation-2-allreduce": ("validation", "PyTorchJob/validation-2-allreduce"),
-    "validation-3-training": ("validation", "PyTorchJob/validation-3-training"),
-    "training-job": ("training-job", "PyTorchJob/train"),
+    "validation-1-health": ("validation", "validation-1-health"),
+    "validation-2-allreduce": ("validation", "validation-2-allreduce"),
+    "validation-3-training": ("validation", "validation-3-training"),
+    "training-job": ("training-job", "train"),
     "recipe-data-prep": ("llama2-7b-1-data-prep", ""),
     "recipe-train": ("llama2-7b-2-train", ""),
     "ray": ("kuberay", ""),
@@ -125,8 +132,8 @@ ON_DEMAND = {
 
 @pytest.mark.parametrize("job", list(ON_DEMAND))
 def test_each_on_demand_job_fits_beside_what_deploy_applied(deployed: Deployment, job: str) -> None:
-    file, prefix = ON_DEMAND[job]
-    pods = [p for p in deployed.on_demand(file) if p.name.startswith(prefix)]
+    file, object_name = ON_DEMAND[job]
+    pods = [p for p in deployed.on_demand(file) if object_name in ("", p.name.split("/")[1])]
     assert pods, f"{job}: no pods in {file}"
     cluster = deployed.nodes()
     schedule(deployed.deploy_pods(), cluster)
@@ -154,10 +161,16 @@ def test_the_efa_charts_default_instance_list_misses_hyperpod_nodes(synth) -> No
     assert deployed_nodes and all(admission_problem(n, plugin.spec) for n in deployed_nodes)
 
 
-def test_a_raycluster_applied_at_deploy_would_starve_the_validation_jobs(deployed: Deployment) -> None:
+def test_the_validation_jobs_cannot_run_while_ray_holds_every_gpu_node(deployed: Deployment) -> None:
+    # At rest the Ray objects hold no GPU (tests/test_kuberay.py), so validation fits beside them; once a
+    # Ray job scales the GPU workers to the GPU node count, each takes a whole node and validation waits.
     cluster = deployed.nodes()
     schedule(deployed.deploy_pods() + deployed.on_demand("kuberay"), cluster)
     health = [p for p in deployed.on_demand("validation") if p.name == "Job/validation-1-health"]
+    schedule(health, copy.deepcopy(cluster))
+    (workers,) = [p for p in deployed.on_demand("kuberay") if p.name == "RayCluster/ray/gpu"]
+    schedule([dataclasses.replace(workers, replicas=deployed.config.gpu_nodes)], cluster)
+    assert all(n.used.get(GPU, 0) == n.gpus for n in gpu_nodes(cluster))
     with pytest.raises(Unschedulable, match="nvidia.com/gpu"):
         schedule(health, cluster)
 
@@ -233,9 +246,19 @@ def test_gpu_nodes_reach_each_other_over_the_efa_group(deployed: Deployment) -> 
 
 
 # ---- operators -------------------------------------------------------------------------------
+# EKS add-on -> the custom resource kinds whose CRDs it installs (AWS docs, "Using the HyperPod
+# training operator": the add-on runs the operator of HyperPodPyTorchJob, sagemaker.amazonaws.com/v1).
+ADDON_CRDS = {"amazon-sagemaker-hyperpod-training-operator": {("sagemaker.amazonaws.com", "HyperPodPyTorchJob")}}
+# The job kind the charts render per mode (HyperPod: with the training operator, the default).
+JOB_KINDS = {"eks": ("kubeflow.org", "PyTorchJob"), "hyperpod": ("sagemaker.amazonaws.com", "HyperPodPyTorchJob")}
+
+
 def _installers(templates: Templates) -> dict[tuple[str, str], tuple[str, str]]:
     """Custom resource kind -> (stack, logical id) of the resource that installs its CRD."""
     found = {}
+    for stack, logical_id, addon in templates.resources("AWS::EKS::Addon"):
+        for kind in ADDON_CRDS.get(addon["Properties"]["AddonName"], ()):
+            found[kind] = (stack, logical_id)
     for stack, logical_id, chart in templates.resources("Custom::AWSCDK-EKS-HelmChart"):
         props = chart["Properties"]
         for kind in chart_model(props["Chart"], props["Version"]).crds:
@@ -252,16 +275,22 @@ def test_every_custom_kind_has_its_operator_installed_first(synth, tmp_path, app
         config = config.with_(apply_jobs=apply_jobs)
         deployed = Deployment(synth(config), config, tmp_path / compute)
         installers = _installers(deployed.templates)
+        applied = set()
         for stack, logical_id, obj in applied_objects(deployed.templates):
             kind = custom_kind(obj)
             if kind is not None:
+                applied.add(kind)
                 assert kind in installers, f"{compute}: {kind} is applied but nothing installs it"
                 assert installers[kind][1] in deployed.templates.depends_on(stack, logical_id), (
                     f"{compute}: {logical_id} ({kind[1]}) may be applied before its CRD exists"
                 )
+        # Deploy applies the job kind only with apply_jobs, and never a Ray kind (their GPU workers run on
+        # demand); what users apply from dist later still needs its operator, installed at deploy.
+        assert (JOB_KINDS[compute] in applied) is apply_jobs, f"{compute}: applies {applied}"
+        assert not {kind for kind in applied if kind[0] == "ray.io"}, f"{compute}: applies {applied}"
         rendered = {custom_kind(obj) for obj in yaml_objects(deployed.dist.values())} - {None}
         assert rendered <= set(installers), f"{compute}: no operator for {rendered - set(installers)}"
-        assert {("kubeflow.org", "PyTorchJob"), ("ray.io", "RayCluster"), ("ray.io", "RayJob")} <= rendered
+        assert {JOB_KINDS[compute], ("ray.io", "RayCluster"), ("ray.io", "RayJob")} <= rendered
 
 
 def test_without_operators_nothing_installs_pytorchjob(synth) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import RAY_TEST_IMAGE, REPO_ROOT
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300) -> str:
@@ -122,10 +123,13 @@ def test_wheel_install_used_from_another_cdk_app(tmp_path: Path) -> None:
 
 
 def test_app_writes_the_charts_as_yaml_when_asked(tmp_path: Path) -> None:
-    """`make synth` passes -c manifests_dir=k8s_manifests/dist: the same run writes the YAML."""
+    """`make synth RAY_IMAGE=...` passes -c manifests_dir=k8s_manifests/dist -c ray_image=...: the same
+    run writes the YAML, the Ray manifests on that image among them."""
     dist = tmp_path / "dist"
-    env = {**os.environ, "CDK_OUTDIR": str(tmp_path / "out"), "CDK_CONTEXT_JSON": f'{{"manifests_dir": "{dist}"}}'}
+    context = {"manifests_dir": str(dist), "ray_image": RAY_TEST_IMAGE}
+    env = {**os.environ, "CDK_OUTDIR": str(tmp_path / "out"), "CDK_CONTEXT_JSON": json.dumps(context)}
     run([sys.executable, "app.py"], REPO_ROOT, env=env)
+    assert RAY_TEST_IMAGE in (dist / "kuberay.k8s.yaml").read_text()
     assert {p.name for p in dist.glob("*.yaml")} == {
         "base.k8s.yaml",
         "kuberay.k8s.yaml",

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cluster_model import pod_templates
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from conftest import hyperpod_config
-from llm_infra.config import TrainingConfig
+from conftest import RAY_TEST_IMAGE, hyperpod_config
+from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR, payload_files
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
 from llm_infra.k8s_manifests.pod_spec import TORCHRUN_TEARDOWN_SECONDS
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.k8s_manifests.values import WorkloadValues
+from llm_infra.synth_summary import manifests_summary
 from manifest_validation import load_documents, validate_object
 
 OUTPUTS = {
@@ -25,7 +27,7 @@ OUTPUTS = {
         "FileSystemMountName": "abcdefgh",
     }
 }
-# Every chart of the default config (the recipe's two files: recipe=llama2-7b).
+# Every chart of the default config with a Ray image (the recipe's two files: recipe=llama2-7b).
 CHARTS = [
     "base",
     "fsx-storage",
@@ -56,12 +58,12 @@ def render(tmp_path: Path, config: TrainingConfig) -> dict[str, list[dict]]:
 
 @pytest.fixture(scope="module")
 def eks(tmp_path_factory) -> dict[str, list[dict]]:
-    return render(tmp_path_factory.mktemp("eks"), TrainingConfig())
+    return render(tmp_path_factory.mktemp("eks"), TrainingConfig(ray_image=RAY_TEST_IMAGE))
 
 
 @pytest.fixture(scope="module")
 def hyperpod(tmp_path_factory) -> dict[str, list[dict]]:
-    return render(tmp_path_factory.mktemp("hyperpod"), hyperpod_config())
+    return render(tmp_path_factory.mktemp("hyperpod"), hyperpod_config(ray_image=RAY_TEST_IMAGE))
 
 
 def by_kind(charts: dict[str, list[dict]], kind: str, name: str | None = None) -> dict:
@@ -78,6 +80,9 @@ def by_kind(charts: dict[str, list[dict]], kind: str, name: str | None = None) -
 def pod_spec(obj: dict) -> dict:
     if obj["kind"] == "PyTorchJob":
         return obj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    if obj["kind"] == "HyperPodPyTorchJob":
+        (replicas,) = obj["spec"]["replicaSpecs"]
+        return replicas["template"]["spec"]
     if obj["kind"] == "Job":
         return obj["spec"]["template"]["spec"]
     raise AssertionError(obj["kind"])
@@ -93,8 +98,12 @@ def test_every_manifest_passes_its_schema(request, mode: str) -> None:
         for doc in docs:
             checked[f"{name}/{doc['kind']}/{doc['metadata']['name']}"] = validate_object(doc, KUBERNETES_VERSION)
     kinds = {key.split("/")[1] for key in checked}
-    assert {"PyTorchJob", "RayCluster", "RayJob", "Job", "PersistentVolume", "ConfigMap", "NetworkPolicy"} <= kinds
-    assert checked["training-job/PyTorchJob/train"] == "crd:kubeflow.org_pytorchjobs.yaml"
+    assert {"RayCluster", "RayJob", "Job", "PersistentVolume", "ConfigMap", "NetworkPolicy"} <= kinds
+    if mode == "eks":
+        assert checked["training-job/PyTorchJob/train"] == "crd:kubeflow.org_pytorchjobs.yaml"
+    else:  # the HyperPod training operator's job, on by default with compute=hyperpod
+        assert checked["training-job/HyperPodPyTorchJob/train"] == "schema:hyperpodpytorchjob.schema.json"
+        assert "PyTorchJob" not in kinds
 
 
 def test_the_crd_validation_catches_mistakes(eks) -> None:
@@ -114,7 +123,7 @@ def test_no_unresolved_tokens_or_resolver_errors(tmp_path: Path, eks) -> None:
 
 
 def test_without_deploy_outputs_the_fsx_volume_is_left_out(tmp_path: Path) -> None:
-    files = write_dist(TrainingConfig(), tmp_path, outputs_file=tmp_path / "missing.json")
+    files = write_dist(TrainingConfig(ray_image=RAY_TEST_IMAGE), tmp_path, outputs_file=tmp_path / "missing.json")
     assert {f.name for f in files} == {
         "base.k8s.yaml",
         "kuberay.k8s.yaml",
@@ -194,13 +203,17 @@ def test_affinity_gpu_nodes_and_away_from_unhealthy_ones(eks) -> None:
     assert anti["topologyKey"] == "kubernetes.io/hostname"
 
 
-def test_hyperpod_mode_adds_auto_resume_annotations(eks, hyperpod) -> None:
-    annotations = by_kind(hyperpod, "PyTorchJob", "train")["metadata"]["annotations"]
+def test_hyperpod_pytorchjobs_carry_the_auto_resume_annotations(tmp_path: Path, eks, hyperpod) -> None:
+    # HyperPod with hyperpod_training_operator=false keeps Kubeflow PyTorchJobs, resumed by HyperPod's
+    # job-auto-resume; the operator's own job retries through runPolicy instead.
+    kubeflow = render(tmp_path, hyperpod_config(hyperpod_training_operator=False))
+    annotations = by_kind(kubeflow, "PyTorchJob", "train")["metadata"]["annotations"]
     assert annotations == {
         "sagemaker.amazonaws.com/enable-job-auto-resume": "true",
         "sagemaker.amazonaws.com/job-max-retry-count": "3",
     }
     assert "annotations" not in by_kind(eks, "PyTorchJob", "train")["metadata"]
+    assert "annotations" not in by_kind(hyperpod, "HyperPodPyTorchJob", "train")["metadata"]
 
 
 def test_efa_count_comes_from_the_instance_profile(tmp_path: Path) -> None:
@@ -286,24 +299,76 @@ def test_xid_monitor_runs_on_every_gpu_node_even_unhealthy_ones(eks) -> None:
     assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in container["volumeMounts"]
 
 
-def test_kuberay_cluster_and_job(eks) -> None:
-    cluster = by_kind(eks, "RayCluster")
-    assert cluster["spec"]["gcsFaultToleranceOptions"] == {
-        "redisAddress": "ray-gcs-redis.training.svc.cluster.local:6379"
+def ray_images(charts: dict[str, list[dict]]) -> set[str]:
+    """The images of every Ray pod: the RayCluster's and the RayJob's cluster's head and workers."""
+    specs = [by_kind(charts, "RayCluster")["spec"], by_kind(charts, "RayJob")["spec"]["rayClusterSpec"]]
+    templates = [s["headGroupSpec"]["template"] for s in specs] + [
+        g["template"] for s in specs for g in s["workerGroupSpecs"]
+    ]
+    return {c["image"] for t in templates for c in t["spec"]["containers"]}
+
+
+def test_the_ray_pods_run_the_configured_ray_image(eks, hyperpod) -> None:
+    assert ray_images(eks) == ray_images(hyperpod) == {RAY_TEST_IMAGE}
+
+
+def test_without_a_ray_image_no_ray_manifests_are_rendered(tmp_path: Path) -> None:
+    # Deployed without image_asset (no TrainingImageUri output) and no ray_image: no image holds Ray.
+    charts = render(tmp_path, TrainingConfig())
+    assert set(charts) == set(CHARTS) - {"kuberay"}
+    assert "ray.io" not in yaml.safe_dump_all([d for docs in charts.values() for d in docs])
+
+
+def resolve_sub(value: dict, pseudo: dict[str, str]) -> str:
+    """What CloudFormation makes of an ``Fn::Sub`` of pseudo parameters (as ``cdk deploy`` outputs it)."""
+    text = value["Fn::Sub"]
+    for name, resolved in pseudo.items():
+        text = text.replace(f"${{AWS::{name}}}", resolved)
+    assert "${" not in text, text
+    return text
+
+
+def test_the_image_image_asset_builds_becomes_the_ray_image(synth, tmp_path: Path) -> None:
+    # image_asset=true: the cluster stack outputs the image it builds; `cdk deploy --outputs-file` writes
+    # it, and the Ray manifests in dist run it (ray_image unset).
+    config = TrainingConfig(image_asset=True)
+    output = synth(config).template("-cluster")["Outputs"]["TrainingImageUri"]["Value"]
+    uri = resolve_sub(output, {"AccountId": "123456789012", "Region": "us-east-1", "URLSuffix": "amazonaws.com"})
+    assert uri.rsplit(":", 1)[1].startswith(f"ray{config.ray_version}-")  # the tag names the Ray inside
+    outputs = {**OUTPUTS, "llm-infra-cluster": {"ClusterName": "llm-infra", "TrainingImageUri": uri}}
+    outputs_file = tmp_path / "cdk-outputs.json"
+    outputs_file.write_text(json.dumps(outputs))
+    charts = {f.name: load_documents(f) for f in write_dist(config, tmp_path / "dist", outputs_file=outputs_file)}
+    assert ray_images(charts) == {uri}
+    # The jobs run the built image too (as inside the CDK app), not the stock DLC image.
+    job_images = {
+        container["image"]
+        for name in ("training-job.k8s.yaml", "validation.k8s.yaml")
+        for doc in charts[name]
+        for pod in pod_templates(doc)
+        for container in pod.spec["containers"]
     }
-    (workers,) = cluster["spec"]["workerGroupSpecs"]
-    assert (workers["minReplicas"], workers["replicas"], workers["maxReplicas"]) == (2, 2, 2)
-    worker = workers["template"]["spec"]["containers"][0]
-    assert worker["resources"]["limits"]["vpc.amazonaws.com/efa"] == 32 and "command" not in worker
-    assert cluster["spec"]["enableInTreeAutoscaling"] is True and cluster["spec"]["rayVersion"] == "2.60.0"
-    job = by_kind(eks, "RayJob")
-    assert job["spec"]["clusterSelector"] == {"ray.io/cluster": "ray"}
-    assert (
-        "--storage-path=/fsx/ray/results" in job["spec"]["entrypoint"]
-        and "--max-failures=3" in job["spec"]["entrypoint"]
-    )
-    policy = by_kind(eks, "NetworkPolicy")
-    assert policy["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": {"ray.io/cluster": "ray"}}}]
+    assert job_images == {uri}
+    # An explicit ray_image wins over the deployed one.
+    chosen = write_dist(config.with_(ray_image=RAY_TEST_IMAGE), tmp_path / "chosen", outputs_file=outputs_file)
+    assert ray_images({f.name: load_documents(f) for f in chosen}) == {RAY_TEST_IMAGE}
+    # A deployed image built with another Ray than ray_version now names is refused, naming the output.
+    older = {**outputs, "llm-infra-cluster": {"TrainingImageUri": uri.replace("ray2.60.0-", "ray2.52.0-")}}
+    outputs_file.write_text(json.dumps(older))
+    with pytest.raises(
+        ConfigError, match=r"(?s)TrainingImageUri in .*names Ray 2\.52\.0; the cluster runs Ray 2\.60\.0"
+    ):
+        write_dist(config, tmp_path / "older", outputs_file=outputs_file)
+
+
+def test_make_synth_tells_how_to_get_the_ray_manifests(tmp_path: Path) -> None:
+    without = write_dist(TrainingConfig(), tmp_path / "without", outputs_file=tmp_path / "missing.json")
+    (hint,) = [line for line in manifests_summary(tmp_path / "without") if "kuberay.k8s.yaml" in line]
+    assert "make synth RAY_IMAGE=" in hint and "image_asset=true" in hint and "--outputs-file cdk-outputs.json" in hint
+    assert "kuberay.k8s.yaml" not in {f.name for f in without}
+    write_dist(TrainingConfig(ray_image=RAY_TEST_IMAGE), tmp_path / "with", outputs_file=tmp_path / "missing.json")
+    (listing,) = manifests_summary(tmp_path / "with")
+    assert listing.startswith("kubernetes manifests: ") and "kuberay.k8s.yaml" in listing
 
 
 # ---- bad input --------------------------------------------------------------------------------------

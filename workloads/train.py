@@ -2,11 +2,14 @@
 
     torchrun --nproc-per-node 8 train.py --preset 8b --steps 1000 --checkpoint-dir /fsx/ckpt
 
-Every metric is a JSON line on stdout (rank 0); the last one is the summary with ``step``,
-``loss`` and ``param_sha256`` (a hash of the full parameters) so runs can be compared exactly.
+Every metric is a JSON line on stdout (see :func:`emit`: results from rank 0, liveness lines from
+each node's first process); rank 0's last one is the summary with ``step``, ``loss`` and
+``param_sha256`` (a hash of the full parameters) so runs can be compared exactly.
 A restarted run resumes from the newest complete checkpoint. A run stopped before its last step
 (SIGTERM: eviction, node replacement) exits 143 on every rank, so that neither torchrun nor the
-training operator takes it for a finished job. Imports only torch and stdlib.
+training operator takes it for a finished job. :func:`main` is torchrun's entry point (flags,
+process group, SIGTERM); :func:`train` is the run itself, which ray_train.py calls in every Ray
+Train worker. Imports only torch and stdlib.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +37,7 @@ from data import Prefetcher, SyntheticTokens, TokenFile
 from faults import FaultInjector
 from model import PRESETS, Transformer, flops_per_token
 from throughput import ThroughputMonitor
+from tiered_storage import TieredCheckpointOptions
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -54,7 +59,7 @@ PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(TieredCheckpointOptions):  # --tiered-* flags: see tiered_storage.py
     preset: str = "tiny"
     steps: int = 100
     seed: int = 0
@@ -124,13 +129,20 @@ class TrainConfig:
             errors.append(f"--throughput-interval-s: {self.throughput_interval_s} must be > 0")
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             errors.append(f"--checkpoint-every: {self.checkpoint_every} must be >= 1")
+        errors.extend(self.tiered_errors(self.checkpoint_dir))
         if errors:
             raise SystemExit("train.py: invalid configuration:\n  " + "\n  ".join(errors))
 
 
 def parse_config(argv: list[str] | None = None) -> TrainConfig:
     """Flags and/or ``--config file.json`` (keys are the flag names with underscores); flags win."""
-    parser = argparse.ArgumentParser(description=__doc__, allow_abbrev=False)
+    parser = config_parser(__doc__)
+    return config_from_args(parser.parse_args(argv), parser)
+
+
+def config_parser(description: str | None) -> argparse.ArgumentParser:
+    """A parser with every :class:`TrainConfig` flag and ``--config``; launchers (ray_train.py) add their own."""
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("--config", type=Path, help="JSON file with defaults for the flags below")
     defaults = TrainConfig()
     for f in fields(TrainConfig):
@@ -141,36 +153,71 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
         else:
             kind = {"int": int, "float": float, "str": str}[str(f.type).split(" ")[0].replace("'", "")]
             parser.add_argument(flag, type=kind, default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
+    """The validated config from ``parser``'s parsed ``args`` (attributes that are no config field are
+    the launcher's, and ignored)."""
+    names = {f.name for f in fields(TrainConfig)}
     values: dict[str, Any] = {}
     if args.config:
         from_file = json.loads(args.config.read_text())
-        unknown = set(from_file) - {f.name for f in fields(TrainConfig)}
+        unknown = set(from_file) - names
         if unknown:
             parser.error(f"--config {args.config}: unknown keys {sorted(unknown)}")
         values.update(from_file)
-    values.update({k: v for k, v in vars(args).items() if v is not None and k != "config"})
+    values.update({k: v for k, v in vars(args).items() if v is not None and k in names})
     config = TrainConfig(**values)
     config.validate()
     return config
 
 
 # ---- distributed set-up -------------------------------------------------------------------------
+def write_stdout(line: str) -> None:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+
+
 @dataclass
 class Runtime:
     rank: int
     world_size: int
     device: torch.device
     restart_count: int
+    # Where rank 0's JSON lines go: stdout under torchrun; ray_train.py passes them to its driver.
+    write_line: Callable[[str], None] = write_stdout
+    # LOCAL_RANK under a launcher that keeps one log per node (torchrun, hyperpodrun); None where every
+    # line reaches one place (ray_train.py's driver), and rank 0 alone writes them all.
+    local_rank: int | None = None
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def is_node_main(self) -> bool:
+        """Whether this process writes its node's liveness lines (see :func:`emit`)."""
+        return self.is_main if self.local_rank is None else self.local_rank == 0
+
+
+def hosts_the_store(rank: int) -> bool:
+    """Whether this process serves the TCPStore at MASTER_ADDR:MASTER_PORT: rank 0, unless the
+    launcher's agent serves it there (``TORCHELASTIC_USE_AGENT_STORE=True``), as torch's own ``env://``
+    decides (torch 2.13, torch/distributed/rendezvous.py ``_create_c10d_store``).
+
+    torchrun's c10d and static rendezvous set True (agent/server/local_elastic_agent.py); hyperpodrun
+    sets False: its rendezvous has no store to share (hyperpod-elastic-agent 1.1.3,
+    rendezvous/hyperpod_rendezvous_backend.py ``use_agent_store``, and
+    elastic_agent/hyperpod_elastic_agent.py ``_start_workers``), so there rank 0 must start the server.
+    """
+    return rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+
 
 def init_distributed(timeout_seconds: int) -> Runtime:
-    """gloo on CPU, NCCL on GPU; a short timeout turns hangs into failures torchrun restarts."""
+    """gloo on CPU, NCCL on GPU; a short timeout turns hangs into failures the launcher restarts."""
     rank, world_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
     restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     device, backend = device_and_backend()
     timeout = timedelta(seconds=timeout_seconds)
@@ -178,13 +225,17 @@ def init_distributed(timeout_seconds: int) -> Runtime:
         # A store namespaced by the restart: workers of a restarted round never meet stale keys
         # (or connect to the dead worker's old gloo ports).
         base = dist.TCPStore(
-            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size, is_master=False, timeout=timeout
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world_size,
+            is_master=hosts_the_store(rank),
+            timeout=timeout,
         )
         store: dist.Store = dist.PrefixStore(f"llm_infra_attempt_{restart_count}", base)
     else:
         store = dist.HashStore()  # a single process without torchrun
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-    return Runtime(rank, world_size, device, restart_count)
+    return Runtime(rank, world_size, device, restart_count, local_rank=local_rank)
 
 
 def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
@@ -294,16 +345,23 @@ class Progress:
 
 
 class StopSignal:
-    """SIGTERM (pod eviction, HyperPod node replacement, forwarded by torchrun) asks the run to stop.
+    """A request to stop before the last step, ``budget_seconds`` before a SIGKILL.
 
-    torchrun SIGKILLs the worker ``budget_seconds`` after forwarding the signal (see
-    :func:`accelerator.shutdown_budget_seconds`); a final checkpoint is written only if it fits.
+    Under torchrun or hyperpodrun the request is SIGTERM (pod eviction, HyperPod node replacement,
+    forwarded by the launcher: :meth:`on_sigterm`), and the launcher SIGKILLs the worker
+    ``budget_seconds`` later (see :func:`accelerator.shutdown_budget_seconds`); a final checkpoint is
+    written only if it fits.
+    Ray Train ends its workers itself and no signal reaches the training thread: nothing requests.
     """
 
     def __init__(self, budget_seconds: float) -> None:
         self.budget_seconds = budget_seconds
         self.requested_at: float | None = None
+
+    def on_sigterm(self) -> StopSignal:
+        """Take SIGTERM as the request (only the main thread may install the handler)."""
         signal.signal(signal.SIGTERM, self._handle)
+        return self
 
     @property
     def requested(self) -> bool:
@@ -357,11 +415,21 @@ def final_save_fits(checkpoints: CheckpointManager, stop: StopSignal, runtime: R
     return slowest <= 0.8 * -negative_least_left
 
 
-def emit(runtime: Runtime, record: dict[str, Any]) -> None:
-    """A JSON line on rank 0's stdout, stamped with the wall-clock time."""
-    if runtime.is_main:  # one write per line: the throughput thread logs too
-        sys.stdout.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
-        sys.stdout.flush()
+def emit(runtime: Runtime, record: dict[str, Any], *, every_node: bool = False) -> None:
+    """A JSON line stamped with the wall-clock time (stdout, or what ``runtime.write_line`` does): from
+    rank 0, or with ``every_node`` from each node's first process (:attr:`Runtime.is_node_main`).
+
+    Liveness lines (``start``, ``step``, ``throughput``, ``stopped``) go out on every node: hyperpodrun's
+    log monitor reads only local rank 0's output on each node (hyperpod-elastic-agent 1.1.3,
+    elastic_agent/hyperpod_elastic_agent.py ``start_log_monitoring``, logagent/log_agent.py) and takes a
+    node that prints none for hung. Results (``summary``, verdict, ``checkpoint``, ``resume``...) are
+    written once, by rank 0: the pod that holds rank 0 has the run's whole record, the other pods'
+    logs only their liveness lines. Rank 0's node sees ``summary`` end the log rules; the others see
+    their worker exit at about the same time.
+    """
+    writes = runtime.is_node_main if every_node else runtime.is_main
+    if writes:  # one write per line: the throughput thread logs too
+        runtime.write_line(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
 
 
 def param_sha256(model: torch.nn.Module) -> str:
@@ -377,8 +445,21 @@ def param_sha256(model: torch.nn.Module) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """torchrun's entry point: the flags, the process group, SIGTERM as the stop request, the run."""
     config = parse_config(argv)
     runtime = init_distributed(config.pg_timeout_seconds)
+    stop = StopSignal(shutdown_budget_seconds()).on_sigterm()
+    code = train(config, runtime, stop)
+    dist.destroy_process_group()
+    return code
+
+
+def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
+    """The run on an initialised default process group (torchrun's or Ray Train's): build, resume from
+    the newest committed checkpoint, train to ``config.steps``, summarise.
+
+    Returns the exit code: 0, 1 (a failed ``--verdict``) or :data:`STOPPED_EXIT_CODE` (stopped early).
+    """
     torch.manual_seed(config.seed)
     args = PRESETS[config.preset]
     model = build_model(config, runtime)
@@ -416,10 +497,10 @@ def main(argv: list[str] | None = None) -> int:
             async_save=config.async_checkpoint,
             log=lambda r: emit(runtime, r),
             device=runtime.device,
+            tiered=config,
         )
         resumed_from = checkpoints.restore()
 
-    stop = StopSignal(shutdown_budget_seconds())
     faults = FaultInjector(
         runtime.rank, runtime.restart_count, config.fail_at_step, config.fail_in_checkpoint_at_step, config.fail_rank
     )
@@ -443,10 +524,11 @@ def main(argv: list[str] | None = None) -> int:
             "restart": runtime.restart_count,
             "resumed_from": resumed_from,
         },
+        every_node=True,
     )
 
-    throughput = ThroughputMonitor(lambda r: emit(runtime, r), interval_s=config.throughput_interval_s)
-    if runtime.is_main:
+    throughput = ThroughputMonitor(lambda r: emit(runtime, r, every_node=True), interval_s=config.throughput_interval_s)
+    if runtime.is_node_main:
         throughput.start()
     loss_value = float("nan")
     loop_started, steps_run = time.perf_counter(), 0
@@ -492,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
                     "step_time_s": round(step_seconds, 4),
                     "mfu": mfu,
                 },
+                every_node=True,
             )
         last_step = progress.step == config.steps
         save = agreed.save or last_step
@@ -508,8 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     if checkpoints:
         checkpoints.close()
     if progress.step < config.steps:
-        emit(runtime, {"event": "stopped", "reason": "SIGTERM", "step": progress.step, "exit_code": STOPPED_EXIT_CODE})
-        dist.destroy_process_group()
+        stopped = {"event": "stopped", "reason": "SIGTERM", "step": progress.step, "exit_code": STOPPED_EXIT_CODE}
+        emit(runtime, stopped, every_node=True)
         return STOPPED_EXIT_CODE
 
     train_seconds = time.perf_counter() - loop_started  # checkpoint stalls included
@@ -527,7 +610,6 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     if config.verdict:
         code = report_verdict(runtime, summary, checkpoints)
-    dist.destroy_process_group()
     return code
 
 

@@ -1,0 +1,390 @@
+"""The KubeRay chart against KubeRay v1.7.0 (its CRDs and its admission rules), the nodes the templates
+create (cluster_model), the training jobs' placement and NCCL rules, and the image its pods run."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import json
+import re
+import shlex
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import pytest
+from cluster_model import GPU, Node, Templates, admission_problem, applied_objects, nodes, pod_templates, schedule
+from upstream_charts import PodTemplate, addon_pods, chart_model, hyperpod_chart
+
+from conftest import hyperpod_config
+from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
+from llm_infra.k8s_manifests.dlc import dlc_image_uri
+from llm_infra.k8s_manifests.kuberay_chart import CLUSTER_LABEL, RAY_CLUSTER, REDIS_PASSWORD_SECRET, KubeRayChart
+from llm_infra.k8s_manifests.pod_spec import gpu_node_affinity, nccl_env
+from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
+from llm_infra.k8s_manifests.values import WorkloadValues
+from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
+from manifest_validation import validate_object
+
+RAY_IMAGE = (
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-infra-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2-ray2.60.0"
+)
+CONFIGS = {"eks": TrainingConfig(ray_image=RAY_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_IMAGE)}
+KUBERNETES_VERSION = TrainingConfig().kubernetes_version
+# What KubeRay v1.7.0 adds to the pods it builds (ray-operator/controllers/ray/common/pod.go
+# BuildAutoscalerContainer: the autoscaler sidecar in the head pod; common/job.go
+# GetDefaultSubmitterContainer: the K8sJobMode submitter pod, the head's image).
+AUTOSCALER_SIDECAR = {"name": "autoscaler", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}
+SUBMITTER = {
+    "containers": [{"name": "ray-job-submitter", "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]
+}
+# The AWS DLC pytorch-training images ship torch and numpy (aws/deep-learning-containers release notes,
+# "Important Packages"); Ray and the rest come from workloads/Dockerfile's pip installs.
+DLC_PACKAGES = {"torch", "numpy"}
+
+
+def values(config: TrainingConfig) -> WorkloadValues:
+    return WorkloadValues.from_config(config)
+
+
+def chart_objects(config: TrainingConfig, **options: Any) -> list[dict[str, Any]]:
+    return KubeRayChart(cdk8s.App(), "kuberay", values=values(config), **options).to_json()
+
+
+def by_kind(objects: Iterable[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
+def workers(cluster_spec: dict[str, Any]) -> dict[str, Any]:
+    (group,) = cluster_spec["workerGroupSpecs"]
+    return group
+
+
+# ---- KubeRay v1.7.0's admission rules that these objects touch ------------------------------------
+# Restated from ray-operator/controllers/ray/utils/validation.go at v1.7.0 (commit 59d663a); KubeRay
+# rejects a RayCluster or RayJob that breaks one, after the CRD schema has accepted it.
+def kuberay_problems(obj: dict[str, Any]) -> list[str]:
+    if obj["kind"] == "RayJob":
+        spec = obj["spec"]
+        problems = []
+        if spec.get("clusterSelector") and spec.get("backoffLimit", 0) > 0:
+            problems.append("BackoffLimit is incompatible with ClusterSelector mode")
+        if not spec.get("clusterSelector") and not spec.get("rayClusterSpec"):
+            problems.append("one of RayClusterSpec or ClusterSelector must be set")
+        if spec.get("ttlSecondsAfterFinished", 0) > 0 and not spec.get("shutdownAfterJobFinishes"):
+            problems.append("TTLSecondsAfterFinished > 0 requires shutdownAfterJobFinishes")
+        cluster = spec.get("rayClusterSpec") or {}
+        if (cluster.get("authOptions") or {}).get("enableK8sTokenAuth"):
+            problems.append("K8s token auth mode is currently not supported for RayJob")
+        return problems + (cluster_problems(cluster) if cluster else [])
+    if obj["kind"] == "RayCluster":
+        return cluster_problems(obj["spec"])
+    return []
+
+
+def cluster_problems(spec: dict[str, Any]) -> list[str]:
+    problems = []
+    head = spec["headGroupSpec"]
+    head_env = {e["name"] for e in head["template"]["spec"]["containers"][0].get("env", [])}
+    by_hand = "redis-password" in head.get("rayStartParams", {}) or head_env & {"REDIS_PASSWORD", "RAY_REDIS_ADDRESS"}
+    if spec.get("gcsFaultToleranceOptions") and by_hand:
+        problems.append("redis password/address must come from GcsFaultToleranceOptions")
+    autoscaling = spec.get("enableInTreeAutoscaling", False)
+    if (spec.get("autoscalerOptions") or {}).get("version") == "v2":
+        templates = [head["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
+        if any(t["spec"].get("restartPolicy", "Never") != "Never" for t in templates):
+            problems.append("restartPolicy should be Never or unset when using autoscaler V2")
+    for group in spec["workerGroupSpecs"]:
+        if not autoscaling and ("minReplicas" not in group or "maxReplicas" not in group):
+            problems.append(f"worker group {group['groupName']} must set minReplicas and maxReplicas")
+        if group.get("minReplicas", 0) > group.get("maxReplicas", 2**31):
+            problems.append(f"worker group {group['groupName']} has minReplicas greater than maxReplicas")
+    token = (spec.get("authOptions") or {}).get("mode") == "token"
+    if token and tuple(map(int, spec.get("rayVersion", "0.0.0").split("."))) < (2, 52, 0):
+        problems.append("authOptions.mode is 'token' but minimum Ray version is 2.52.0")
+    return problems
+
+
+@pytest.mark.parametrize("mode", list(CONFIGS))
+def test_every_object_passes_the_crd_schema_and_kuberays_rules(mode: str) -> None:
+    objects = chart_objects(CONFIGS[mode])
+    checked = {o["kind"]: validate_object(o, KUBERNETES_VERSION) for o in objects}
+    assert checked["RayCluster"] == "crd:ray.io_rayclusters.yaml" and checked["RayJob"] == "crd:ray.io_rayjobs.yaml"
+    assert set(checked) == {"Deployment", "Service", "NetworkPolicy", "RayCluster", "RayJob"}
+    assert [p for o in objects for p in kuberay_problems(o)] == []
+
+
+def test_the_schema_and_rule_checks_catch_mistakes() -> None:
+    job = by_kind(chart_objects(CONFIGS["eks"]), "RayJob")
+    typo = copy.deepcopy(job)
+    typo["spec"]["backoffLimit"] = "two"
+    with pytest.raises(AssertionError, match="'two' is not of type 'integer'"):
+        validate_object(typo, KUBERNETES_VERSION)
+    mistakes: dict[str, Callable[[dict[str, Any]], None]] = {
+        "BackoffLimit is incompatible with ClusterSelector": lambda s: s.update(clusterSelector={CLUSTER_LABEL: "ray"}),
+        "requires shutdownAfterJobFinishes": lambda s: s.update(shutdownAfterJobFinishes=False),
+        "restartPolicy should be Never": lambda s: workers(s["rayClusterSpec"])["template"]["spec"].update(
+            restartPolicy="OnFailure"
+        ),
+        "minimum Ray version is 2.52.0": lambda s: s["rayClusterSpec"].update(rayVersion="2.50.0"),
+    }
+    for message, mistake in mistakes.items():
+        broken = copy.deepcopy(job)
+        mistake(broken["spec"])
+        assert any(message in p for p in kuberay_problems(broken)), message
+
+
+# ---- no GPU held until work arrives; the work fits when it does -------------------------------
+def deploy_pods(app: Any) -> list[PodTemplate]:
+    """Every pod the deployed stacks run: EKS add-ons, pinned Helm charts, AWS's HyperPod chart, and
+    the manifests deploy applies (as tests/test_contracts.py builds them)."""
+    templates = Templates(app.templates)
+    pods = [
+        pod
+        for _, _, addon in templates.resources("AWS::EKS::Addon")
+        for pod in addon_pods(
+            addon["Properties"]["AddonName"],
+            addon["Properties"]["AddonVersion"],
+            addon["Properties"].get("ConfigurationValues"),
+        )
+    ]
+    for _, _, chart in templates.resources("Custom::AWSCDK-EKS-HelmChart"):
+        props = chart["Properties"]
+        pods += chart_model(props["Chart"], props["Version"]).render(json.loads(props.get("Values", "{}")))
+    for _, _, stack in templates.resources("AWS::CloudFormation::Stack"):
+        pairs = stack["Properties"]["Parameters"]["HelmOperators"].split(",")
+        pods += hyperpod_chart({k: v == "true" for k, v in (p.split("=") for p in pairs)})[0]
+    return pods + [p for _, _, obj in applied_objects(templates) for p in pod_templates(obj)]
+
+
+def ray_pods(cluster_spec: dict[str, Any], name: str, *, workers_running: int, submitter: bool) -> list[PodTemplate]:
+    """The pods KubeRay makes of a RayCluster spec with ``workers_running`` GPU workers."""
+    spec = copy.deepcopy(cluster_spec)
+    head = spec["headGroupSpec"]["template"]["spec"]
+    head["containers"].append({**AUTOSCALER_SIDECAR, "image": head["containers"][0]["image"]})
+    workers(spec)["replicas"] = workers_running
+    pods = pod_templates({"kind": "RayCluster", "metadata": {"name": name}, "spec": spec})
+    return pods + ([PodTemplate(f"Job/{name}-submitter", SUBMITTER)] if submitter else [])
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def deployment(request, synth) -> tuple[TrainingConfig, Any]:
+    config = CONFIGS[request.param]
+    return config, synth(config)
+
+
+def cluster_with_deploy_pods(app: Any, config: TrainingConfig) -> list[Node]:
+    hugepages = 2 * config.hugepages_2mib if config.compute == "hyperpod" else 0
+    cluster = nodes(Templates(app.templates), hyperpod_hugepages_mib=hugepages)
+    schedule(deploy_pods(app), cluster)
+    return cluster
+
+
+def test_at_rest_the_ray_objects_hold_no_gpu(deployment) -> None:
+    config, app = deployment
+    objects = chart_objects(config)
+    cluster_spec, job = by_kind(objects, "RayCluster")["spec"], by_kind(objects, "RayJob")["spec"]
+    for spec in (cluster_spec, job["rayClusterSpec"]):
+        assert spec["enableInTreeAutoscaling"] is True
+        assert (workers(spec)["replicas"], workers(spec)["minReplicas"]) == (0, 0)
+    cluster = cluster_with_deploy_pods(app, config)
+    redis = [p for o in objects if o["kind"] == "Deployment" for p in pod_templates(o)]
+    schedule(
+        redis
+        + ray_pods(cluster_spec, RAY_CLUSTER, workers_running=0, submitter=False)
+        + ray_pods(job["rayClusterSpec"], "ray-train-raycluster", workers_running=0, submitter=True),
+        cluster,
+    )
+    assert all(n.used.get(GPU, 0) == 0 for n in cluster)
+
+
+def test_when_work_arrives_each_worker_takes_a_whole_gpu_node(deployment) -> None:
+    config, app = deployment
+    objects = chart_objects(config)
+    job = by_kind(objects, "RayJob")["spec"]
+    # The job asks for gpu_nodes x GPUs workers: the autoscaler adds gpu_nodes worker pods.
+    demand = ray_pods(job["rayClusterSpec"], "ray-train-raycluster", workers_running=config.gpu_nodes, submitter=True)
+    # The long-lived cluster may grow to maxReplicas (apart from the job: they share the GPU nodes).
+    cluster_spec = by_kind(objects, "RayCluster")["spec"]
+    full = ray_pods(cluster_spec, RAY_CLUSTER, workers_running=workers(cluster_spec)["maxReplicas"], submitter=False)
+    for pods in (demand, full):
+        cluster = cluster_with_deploy_pods(app, config)
+        placed = schedule(pods, cluster)
+        (worker_pods,) = [p for p in pods if p.name.endswith("/gpu")]
+        assert len(set(placed[worker_pods.name])) == worker_pods.replicas  # one per node, every GPU
+        assert all(n.used.get(GPU, 0) in (0, config.gpu_profile.gpus) for n in cluster)
+
+
+# ---- the training jobs' placement, devices and NCCL environment --------------------------------
+def test_workers_are_placed_and_equipped_like_the_training_jobs() -> None:
+    config = CONFIGS["eks"]
+    training = TrainingJobChart(cdk8s.App(), "training-job", values=values(config)).to_json()
+    replica = json.dumps(by_kind(training, "PyTorchJob")["spec"])
+    for spec in (
+        by_kind(chart_objects(config), "RayCluster")["spec"],
+        by_kind(chart_objects(config), "RayJob")["spec"]["rayClusterSpec"],
+    ):
+        pod = workers(spec)["template"]["spec"]
+        (container,) = pod["containers"]
+        assert pod["affinity"] == gpu_node_affinity() and json.dumps(pod["affinity"])[1:-1] in replica
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == config.gpu_profile.gpus
+        assert container["resources"]["limits"]["vpc.amazonaws.com/efa"] == config.gpu_profile.efa_interfaces
+        assert container["resources"]["limits"]["hugepages-2Mi"] == f"{config.hugepages_2mib * 2}Mi"
+        assert {"name": "fsx", "persistentVolumeClaim": {"claimName": "fsx-data"}} in pod["volumes"]
+        assert all(e in container["env"] for e in nccl_env(values(config)))
+        assert "command" not in container  # KubeRay's `ray start`
+        head = spec["headGroupSpec"]
+        assert head["template"]["spec"]["nodeSelector"] == {NODE_ROLE_LABEL: "system"}
+        assert head["rayStartParams"]["num-gpus"] == "0" and "nvidia.com/gpu" not in json.dumps(head)
+
+
+def test_no_worker_lands_on_a_node_hyperpod_marked_unhealthy(synth) -> None:
+    config = CONFIGS["hyperpod"]
+    worker = workers(by_kind(chart_objects(config), "RayCluster")["spec"])["template"]["spec"]
+    (gpu_node, *_) = [n for n in nodes(Templates(synth(config).templates)) if n.gpus]
+    assert admission_problem(gpu_node, worker) is None
+    for status in ("Unschedulable", "UnschedulablePendingReplacement", "UnschedulablePendingReboot"):
+        marked = dataclasses.replace(gpu_node, labels={**gpu_node.labels, HEALTH_STATUS_KEY: status})
+        assert admission_problem(marked, worker) == "required node affinity"
+
+
+# ---- GCS fault tolerance, the RayJob, its entrypoint ---------------------------------------------
+def test_gcs_fault_tolerance_on_redis_with_the_password_from_a_secret() -> None:
+    objects = chart_objects(CONFIGS["eks"])
+    options = by_kind(objects, "RayCluster")["spec"]["gcsFaultToleranceOptions"]
+    assert options == {
+        "redisAddress": "ray-gcs-redis.training.svc.cluster.local:6379",
+        "redisPassword": {"valueFrom": {"secretKeyRef": REDIS_PASSWORD_SECRET}},
+    }
+    (redis,) = by_kind(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert redis["env"] == [{"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": REDIS_PASSWORD_SECRET}}]
+    assert redis["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"] and "--appendonly" in redis["args"]
+    assert "Secret" not in {o["kind"] for o in objects}  # no password in any manifest
+    policy = by_kind(objects, "NetworkPolicy")["spec"]
+    assert policy["ingress"][0]["from"] == [{"podSelector": {"matchLabels": {CLUSTER_LABEL: RAY_CLUSTER}}}]
+    # The job's own cluster runs without: its driver dies with its head whatever GCS keeps.
+    assert "gcsFaultToleranceOptions" not in by_kind(objects, "RayJob")["spec"]["rayClusterSpec"]
+
+
+def test_the_rayjob_retries_on_a_new_cluster_and_cleans_up() -> None:
+    job = by_kind(chart_objects(CONFIGS["eks"], backoff_limit=3, ttl_seconds_after_finished=900), "RayJob")["spec"]
+    assert (job["backoffLimit"], job["shutdownAfterJobFinishes"], job["ttlSecondsAfterFinished"]) == (3, True, 900)
+    assert "clusterSelector" not in job  # KubeRay v1.7.0 refuses backoffLimit with clusterSelector
+
+
+def ray_train_module() -> Any:
+    pytest.importorskip("ray.train")
+    sys.path.insert(0, str(WORKLOADS_DIR))
+    import ray_train
+
+    return ray_train
+
+
+@pytest.mark.parametrize("gpu_nodes", [1, 2])
+def test_the_entrypoint_is_ray_trains_and_resumes_from_fsx(gpu_nodes: int) -> None:
+    config = TrainingConfig(ray_image=RAY_IMAGE, gpu_nodes=gpu_nodes)
+    entrypoint = shlex.split(by_kind(chart_objects(config), "RayJob")["spec"]["entrypoint"])
+    assert entrypoint[:2] == ["python3", "/workloads/ray_train.py"]
+    args, train_config = ray_train_module().parse_args(entrypoint[2:])  # the real parser accepts it
+    assert train_config.checkpoint_dir == "/fsx/checkpoints/ray-train"  # every attempt resumes from there
+    assert args.storage_path.startswith("/fsx/") and train_config.checkpoint_every == 100
+    assert (args.num_workers, args.use_gpu) == (gpu_nodes * config.gpu_profile.gpus, True)
+    assert args.expect_efa_transport is (gpu_nodes > 1)  # across nodes: fail on a socket fallback
+
+
+# ---- the image: torch and Ray at the cluster's version -------------------------------------------
+def imported_modules(path: Path, *, every_level: bool) -> set[str]:
+    """Top-level names of the modules ``path`` imports at module level (or anywhere)."""
+    tree = ast.parse(path.read_text())
+    statements = ast.walk(tree) if every_level else iter(tree.body)
+    found: set[str] = set()
+    for node in statements:
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"__future__"}
+
+
+def entrypoint_imports() -> set[str]:
+    """What ray_train.py needs: its imports anywhere (the workers run its functions), and the
+    module-level imports of every payload module it loads, recursively."""
+    payload = {p.stem for p in WORKLOADS_DIR.glob("*.py")}
+    needed = imported_modules(WORKLOADS_DIR / "ray_train.py", every_level=True)
+    seen: set[str] = set()
+    while local := (needed & payload) - seen:
+        for name in local:
+            seen.add(name)
+            needed |= imported_modules(WORKLOADS_DIR / f"{name}.py", every_level=False)
+    return needed - payload - set(sys.stdlib_module_names)
+
+
+def dockerfile_pip_installs(text: str) -> dict[str, str]:
+    """Distribution -> the version it is pinned to, from the Dockerfile's `pip install` lines."""
+    pins = re.findall(r'"([A-Za-z0-9_.-]+)(?:\[[\w,]+\])?==([^"]+)"', text)
+    return {name.lower().replace("_", "-"): version for name, version in pins}
+
+
+def test_the_image_holds_what_the_entrypoint_imports_at_the_clusters_ray_version(synth) -> None:
+    config = TrainingConfig(image_asset=True)
+    app = synth(config)
+    (image,) = [
+        i
+        for assets in app.outdir.glob("*.assets.json")
+        for i in json.loads(assets.read_text())["dockerImages"].values()
+    ]
+    build_args = image["source"]["dockerBuildArgs"]
+    assert build_args["BASE_IMAGE"] == dlc_image_uri("us-east-1", config.dlc_image_tag)  # torch, numpy, EFA
+    assert build_args["RAY_VERSION"] == config.ray_version
+    pins = dockerfile_pip_installs((WORKLOADS_DIR / "Dockerfile").read_text())
+    assert pins["ray"] == "${RAY_VERSION}"
+    provided = DLC_PACKAGES | {name.replace("-", "_") for name in pins}
+    assert entrypoint_imports() <= provided, entrypoint_imports() - provided
+    assert {"torch", "ray"} <= entrypoint_imports()
+    # The RayCluster and the RayJob's cluster say the Ray they run: the one the build installs.
+    objects = chart_objects(TrainingConfig(ray_image=RAY_IMAGE))
+    versions = {
+        by_kind(objects, "RayCluster")["spec"]["rayVersion"],
+        by_kind(objects, "RayJob")["spec"]["rayClusterSpec"]["rayVersion"],
+    }
+    assert versions == {build_args["RAY_VERSION"]}
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"ray_image": "registry.example/train:latest"},
+            "ray_image: the tag of 'registry.example/train:latest' names no Ray version",
+        ),
+        (
+            {"ray_image": "registry.example/train:2.8.0-ray2.50.0"},
+            "names Ray 2.50.0; the cluster runs Ray 2.60.0 (ray_version)",
+        ),
+        (
+            {"ray_image": "rayproject/ray:2.60.0-py312-gpu"},
+            "ray_image: 'rayproject/ray:2.60.0-py312-gpu' has neither torch",
+        ),
+        ({"ray_version": "2.60"}, "ray_version: '2.60' must be a Ray release such as 2.60.0"),
+        ({"ray_version": "2.40.0"}, "ray_version: 2.40.0 is older than 2.52.0"),
+        ({"gpu_nodes": 0}, "gpu_nodes: 0 must be >= 1"),  # zero Ray workers
+    ],
+)
+def test_bad_ray_input_is_a_clear_error_at_synth(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TrainingConfig(**changes).validate()
+
+
+def test_the_chart_refuses_to_run_ray_on_an_unknown_image_or_bad_counts() -> None:
+    with pytest.raises(ValueError, match="ray_image: the Ray head and workers need an image with torch"):
+        chart_objects(TrainingConfig())
+    with pytest.raises(ValueError, match="backoff_limit: -1 must be >= 0"):
+        chart_objects(CONFIGS["eks"], backoff_limit=-1)
+    with pytest.raises(ValueError, match="ttl_seconds_after_finished: 0 must be >= 1"):
+        chart_objects(CONFIGS["eks"], ttl_seconds_after_finished=0)
