@@ -20,7 +20,6 @@ else from when a look first saw it; null when not seen before the timeout.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ from typing import Any
 from llm_infra.job_state import Phase, job_state, node_admits, pod_finished, pod_specs
 from llm_infra.kube import Kube, event_time, parse_time
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
+from llm_infra.payload_log import json_objects
 
 DRILL_KIND = "llm-infra/drill"  # the format llm_infra/measured_run.py reads (plan --from-run)
 DRILL_VERSION = 1
@@ -81,18 +81,7 @@ def job_pods(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:
 
 def payload_records(log: str) -> list[dict[str, Any]]:
     """The payload's JSON lines (with a ``time``) in a pod log."""
-    records = []
-    for line in log.splitlines():
-        start = line.find("{")
-        if start < 0:
-            continue
-        try:
-            record = json.loads(line[start:])
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("time"), int | float):
-            records.append(record)
-    return records
+    return [r for r in json_objects(log) if isinstance(r.get("time"), int | float)]
 
 
 def _ready_condition(node: dict[str, Any]) -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_infra.drill import DRILL_KIND, DRILL_VERSION
+from llm_infra.payload_log import json_objects
 from llm_infra.planner import PlanError
 
 
@@ -72,10 +73,8 @@ def _records(path: Path) -> list[dict[str, Any]]:
         whole = json.loads(text)
     except ValueError:
         whole = None
-    if isinstance(whole, dict) and whole.get("kind") == DRILL_KIND:
-        records = [whole]
-    else:
-        records = [record for line in text.splitlines() if (record := _json_object_in(line)) is not None]
+    is_drill = isinstance(whole, dict) and whole.get("kind") == DRILL_KIND
+    records = [whole] if is_drill else json_objects(text)
     for record in records:
         if record.get("kind") == DRILL_KIND and record.get("version") != DRILL_VERSION:
             raise PlanError(
@@ -85,18 +84,6 @@ def _records(path: Path) -> list[dict[str, Any]]:
     if not any("event" in r or r.get("kind") == DRILL_KIND for r in records):
         raise PlanError(f"--from-run: {path}: no payload JSON lines (train.py) and no llm-infra drill report in it")
     return records
-
-
-def _json_object_in(line: str) -> dict[str, Any] | None:
-    """The JSON object on a log line, after any prefix a log collector adds (a timestamp, a rank)."""
-    start = line.find("{")
-    if start < 0:
-        return None
-    try:
-        record = json.loads(line[start:])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
 
 
 def _time(record: dict[str, Any]) -> float:

@@ -11,7 +11,6 @@ to ``cdk deploy``: they are checked, and only applied (server-side) when asked t
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from llm_infra.job_state import (
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.kube import Kube, event_time
 from llm_infra.node_labels import NODE_ROLE_LABEL
+from llm_infra.payload_log import json_objects
 
 # The chart's jobs, in the order they run (k8s_manifests/validation_chart.py).
 STAGES = ("health", "allreduce", "training")
@@ -154,18 +154,7 @@ class StageResult:
 
 def verdict_lines(log: str) -> list[dict[str, Any]]:
     """The payload's JSON verdict lines in a pod log, in order."""
-    verdicts = []
-    for line in log.splitlines():
-        start = line.find("{")
-        if start < 0:
-            continue
-        try:
-            record = json.loads(line[start:])
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "verdict" in record:
-            verdicts.append(record)
-    return verdicts
+    return [r for r in json_objects(log) if "verdict" in r]
 
 
 @dataclass
