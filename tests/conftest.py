@@ -1,21 +1,32 @@
-"""Shared fixtures: synthesize the app once per configuration and hand out the templates."""
+"""Shared fixtures: synthesize the app once per configuration and hand out the templates; for the
+command tests, the CLI in-process against local AWS (moto, botocore's Stubber) and the Kubernetes API
+test double."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+import boto3
 import pytest
+from botocore.config import Config
+from botocore.stub import Stubber
+from kube_api_double import KubeApiDouble
 
-from llm_infra import crds
+from llm_infra import cli, crds
+from llm_infra.commands import cluster_access
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import payload_files
 from llm_infra.stacks.training_app import add_training_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
 
 _ASSET_HASH = re.compile(r"\b[0-9a-f]{64}\b")
 # A Ray image as users pass it (-c ray_image=...): workloads/Dockerfile built on the DLC training image
@@ -97,3 +108,90 @@ def synth(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def default_app(synth) -> Synthesized:
     return synth(TrainingConfig())
+
+
+# ---- the CLI against local doubles ------------------------------------------------------------
+def app_config(**changes: str) -> TrainingConfig:
+    """The app's config as the CLI reads it: cdk.json's context, then -c values."""
+    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    return TrainingConfig.from_context({**context, **changes})
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``llm-infra *argv`` in-process: (exit code, stdout, stderr)."""
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture(scope="module")
+def aws_endpoint() -> Iterator[str]:
+    """moto in server mode on loopback, with fake credentials for the clients."""
+    from moto.server import ThreadedMotoServer
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_ACCESS_KEY_ID", "testing")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        env.setenv("AWS_DEFAULT_REGION", REGION)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def eks_arn(aws_endpoint: str) -> str:
+    """The EKS cluster "train" in moto (whose backends every in-process moto server shares)."""
+    eks = boto3.client("eks", region_name=REGION, endpoint_url=aws_endpoint)
+    with contextlib.suppress(eks.exceptions.ResourceInUseException):
+        eks.create_cluster(
+            name="train",
+            roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks",
+            resourcesVpcConfig={"subnetIds": ["subnet-0123456789abcdef0"]},
+        )
+    return str(eks.describe_cluster(name="train")["cluster"]["arn"])
+
+
+@pytest.fixture
+def eks_double(tmp_path: Path, eks_arn: str, aws_endpoint: str) -> Iterator[tuple[KubeApiDouble, list[str]]]:
+    """The API double (empty) as the Kubernetes API of the EKS cluster "train" in moto, and the command
+    flags that reach it through a generated kubeconfig."""
+    with KubeApiDouble() as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
+        yield api, ["--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
+
+
+@pytest.fixture
+def hyperpod_double(
+    tmp_path: Path, eks_arn: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[KubeApiDouble, list[str]]]:
+    """The API double (empty) behind the HyperPod cluster "llm-infra-hyperpod", and the command flags
+    (compute=hyperpod) that reach it. DescribeCluster is answered once by botocore's Stubber on the real
+    service model (moto's answer has no ``Orchestrator``); other services stay as they are."""
+    sagemaker = boto3.client(
+        "sagemaker",
+        region_name=REGION,
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    stub = Stubber(sagemaker)
+    stub.add_response(
+        "describe_cluster",
+        {
+            "ClusterArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/abcdefghijkl",
+            "ClusterName": "llm-infra-hyperpod",
+            "ClusterStatus": "InService",
+            "InstanceGroups": [],
+            "Orchestrator": {"Eks": {"ClusterArn": eks_arn}},
+        },
+        {"ClusterName": "llm-infra-hyperpod"},
+    )
+    real = cluster_access.aws_client
+    monkeypatch.setattr(
+        cluster_access, "aws_client", lambda args, service: sagemaker if service == "sagemaker" else real(args, service)
+    )
+    with KubeApiDouble() as api, stub:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
+        yield api, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]

@@ -1,7 +1,7 @@
 """`llm-infra nodes` / `cluster status` against a local AWS endpoint.
 
-moto runs in server mode on 127.0.0.1 (started by the fixture); the CLI reaches it through
-``--endpoint-url`` like any AWS endpoint. moto 5.2.5 has no BatchReplace/BatchRebootClusterNodes
+moto runs in server mode on 127.0.0.1 (conftest's ``aws_endpoint`` fixture); the CLI reaches it
+through ``--endpoint-url`` like any AWS endpoint. moto 5.2.5 has no BatchReplace/BatchRebootClusterNodes
 and always reports nodes Running: node states come from moto's own backend, and the batch calls
 are tested with botocore's Stubber against the real SageMaker service model (said per test).
 """
@@ -15,28 +15,10 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.stub import ANY, Stubber
-from moto.server import ThreadedMotoServer
 
-from llm_infra import cli
+from conftest import ACCOUNT, REGION, run_cli
 from llm_infra.commands import hyperpod as hyperpod_commands
 from llm_infra.hyperpod_ops import batch_action, list_nodes, wait_until_running
-
-REGION = "us-east-1"
-ACCOUNT = "123456789012"
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    """moto in server mode on loopback, with fake credentials for the clients."""
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("AWS_ACCESS_KEY_ID", "testing")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        env.setenv("AWS_DEFAULT_REGION", REGION)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-        server.stop()
 
 
 def sagemaker(endpoint: str):
@@ -49,8 +31,8 @@ def sagemaker(endpoint: str):
 
 
 @pytest.fixture(scope="module")
-def cluster(endpoint) -> str:
-    client = sagemaker(endpoint)
+def cluster(aws_endpoint) -> str:
+    client = sagemaker(aws_endpoint)
     groups = [
         {"InstanceGroupName": "gpu", "InstanceCount": 30, "InstanceType": "ml.p5.48xlarge"},
         {"InstanceGroupName": "cpu", "InstanceCount": 2, "InstanceType": "ml.m5.2xlarge"},
@@ -80,15 +62,9 @@ def set_status(node_id: str, status: str) -> None:
     node.status = status
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def test_list_all_nodes(endpoint, cluster, capsys) -> None:
+def test_list_all_nodes(aws_endpoint, cluster, capsys) -> None:
     """moto server: every node of both groups, as JSON."""
-    code, out, _ = run(capsys, "nodes", "list", "--cluster", cluster, "--endpoint-url", endpoint, "--json")
+    code, out, _ = run_cli(capsys, "nodes", "list", "--cluster", cluster, "--endpoint-url", aws_endpoint, "--json")
     assert code == 0
     nodes = json.loads(out)
     assert len(nodes) == 32
@@ -108,12 +84,14 @@ def test_list_follows_next_tokens() -> None:
     assert [(n.node_id, n.healthy) for n in nodes] == [("i-1", True), ("i-2", False)]
 
 
-def test_unhealthy_filter(endpoint, cluster, capsys) -> None:
+def test_unhealthy_filter(aws_endpoint, cluster, capsys) -> None:
     """moto server (node states set in its backend): only nodes that are not Running."""
     set_status("gpu-3", "Failure")
     set_status("gpu-7", "DeepHealthCheckInProgress")
     try:
-        code, out, _ = run(capsys, "nodes", "list", "--cluster", cluster, "--endpoint-url", endpoint, "--unhealthy")
+        code, out, _ = run_cli(
+            capsys, "nodes", "list", "--cluster", cluster, "--endpoint-url", aws_endpoint, "--unhealthy"
+        )
         assert code == 0
         assert "gpu-3" in out and "gpu-7" in out and "gpu-4 " not in out
         assert out.strip().endswith("2 nodes")
@@ -122,9 +100,9 @@ def test_unhealthy_filter(endpoint, cluster, capsys) -> None:
         set_status("gpu-7", "Running")
 
 
-def test_no_credentials_are_printed(endpoint, cluster, capsys) -> None:
+def test_no_credentials_are_printed(aws_endpoint, cluster, capsys) -> None:
     """moto server: the fake credentials never reach the output."""
-    _, out, err = run(capsys, "nodes", "list", "--cluster", cluster, "--endpoint-url", endpoint)
+    _, out, err = run_cli(capsys, "nodes", "list", "--cluster", cluster, "--endpoint-url", aws_endpoint)
     assert "testing" not in out + err
 
 
@@ -166,7 +144,7 @@ def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeyp
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
     monkeypatch.setattr("llm_infra.hyperpod_ops.time.sleep", lambda seconds: None)
     with stub:
-        code, out, err = run(
+        code, out, err = run_cli(
             capsys,
             "nodes",
             "replace",
@@ -198,7 +176,7 @@ def test_reboot_needs_confirmation(capsys, monkeypatch) -> None:
     monkeypatch.setattr(
         hyperpod_commands, "aws_client", lambda args, service: pytest.fail("no AWS call before confirmation")
     )
-    code, _, err = run(capsys, "nodes", "reboot", "--cluster", "hp", "--node", "i-1")
+    code, _, err = run_cli(capsys, "nodes", "reboot", "--cluster", "hp", "--node", "i-1")
     assert code == 1 and "aborted" in err
 
 
@@ -220,22 +198,22 @@ def test_batches_are_chunked_and_unanswered_nodes_count_as_failed() -> None:
         batch_action(client, "stop", "hp", nodes)
 
 
-def test_wait_gives_up_at_the_timeout(endpoint, cluster) -> None:
+def test_wait_gives_up_at_the_timeout(aws_endpoint, cluster) -> None:
     """moto server (node state set in its backend): the node still Pending at the timeout is returned."""
     set_status("gpu-5", "Pending")
     try:
         pending = wait_until_running(
-            sagemaker(endpoint), cluster, ["gpu-4", "gpu-5"], timeout_seconds=0, poll_seconds=0
+            sagemaker(aws_endpoint), cluster, ["gpu-4", "gpu-5"], timeout_seconds=0, poll_seconds=0
         )
         assert pending == ["gpu-5"]
-        assert [n.node_id for n in list_nodes(sagemaker(endpoint), cluster, unhealthy_only=True)] == ["gpu-5"]
+        assert [n.node_id for n in list_nodes(sagemaker(aws_endpoint), cluster, unhealthy_only=True)] == ["gpu-5"]
     finally:
         set_status("gpu-5", "Running")
 
 
-def test_cluster_status_against_the_local_endpoint(endpoint, cluster, capsys) -> None:
+def test_cluster_status_against_the_local_endpoint(aws_endpoint, cluster, capsys) -> None:
     """moto server: HyperPod cluster, instance groups and a stack's outputs."""
-    cloudformation = boto3.client("cloudformation", region_name=REGION, endpoint_url=endpoint)
+    cloudformation = boto3.client("cloudformation", region_name=REGION, endpoint_url=aws_endpoint)
     cloudformation.create_stack(
         StackName="llm-infra-storage",
         TemplateBody=json.dumps(
@@ -245,7 +223,7 @@ def test_cluster_status_against_the_local_endpoint(endpoint, cluster, capsys) ->
             }
         ),
     )
-    code, out, _ = run(capsys, "cluster", "status", "--cluster", cluster, "--endpoint-url", endpoint, "--json")
+    code, out, _ = run_cli(capsys, "cluster", "status", "--cluster", cluster, "--endpoint-url", aws_endpoint, "--json")
     assert code == 0
     status = json.loads(out)
     assert status["cluster"] == "hp" and status["status"] == "InService"
@@ -317,7 +295,7 @@ def test_add_raises_the_target_and_waits_until_the_group_runs_it(capsys, monkeyp
     stub.add_response("list_cluster_nodes", {"ClusterNodeSummaries": running["ClusterNodeSummaries"] + spare}, listing)
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
     with stub:
-        code, out, err = run(
+        code, out, err = run_cli(
             capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "3", "--poll-seconds", "0", "--json"
         )
     assert code == 0, err
@@ -360,7 +338,9 @@ def test_add_splits_into_requests_of_50_and_reports_refused_nodes(capsys, monkey
         )
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
     with stub:
-        code, out, err = run(capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "60", "--no-wait")
+        code, out, err = run_cli(
+            capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "60", "--no-wait"
+        )
     assert code == 1
     assert "failed: 10 node(s) of gpu: InvalidInstanceGroupStatus: instance group is updating" in err
     assert out.strip() == "add: 50 of 60 accepted into gpu"
@@ -375,7 +355,7 @@ def test_add_gives_up_at_the_timeout(capsys, monkeypatch) -> None:
     stub.add_response("list_cluster_nodes", group_page({"i-1": "Running", "i-2": "Pending"}), None)
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
     with stub:
-        code, out, _ = run(
+        code, out, _ = run_cli(
             capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "1", "--timeout-minutes", "0"
         )
     assert code == 1
@@ -394,15 +374,15 @@ def test_add_gives_up_at_the_timeout(capsys, monkeypatch) -> None:
         (["--cluster", "hp", "--group", "gpu"], "BatchAddClusterNodes needs Continuous"),
     ],
 )
-def test_add_refuses_what_the_api_would_refuse(endpoint, cluster, capsys, argv, message) -> None:
+def test_add_refuses_what_the_api_would_refuse(aws_endpoint, cluster, capsys, argv, message) -> None:
     """moto server: unknown cluster or group, and a cluster not in Continuous mode: exit 2, no node added."""
-    code, out, err = run(capsys, "nodes", "add", *argv, "--count", "2", "--endpoint-url", endpoint)
+    code, out, err = run_cli(capsys, "nodes", "add", *argv, "--count", "2", "--endpoint-url", aws_endpoint)
     assert code == 2 and message in err and not out
-    assert len(list_nodes(sagemaker(endpoint), cluster)) == 32
+    assert len(list_nodes(sagemaker(aws_endpoint), cluster)) == 32
 
 
 def test_add_needs_a_positive_count(capsys, monkeypatch) -> None:
     """No AWS call: --count 0 is bad input."""
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: pytest.fail("no AWS call"))
-    code, _, err = run(capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "0")
+    code, _, err = run_cli(capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "0")
     assert code == 2 and "--count: 0 must be >= 1" in err

@@ -9,21 +9,14 @@ gate and the training run, recorded nvidia-smi output for the health check).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
-from pathlib import Path
 
-import boto3
 import pytest
-from botocore.config import Config
-from botocore.stub import Stubber
-from kube_api_double import ChartPayload, JobController, KubeApiDouble
-from moto.server import ThreadedMotoServer
+from kube_api_double import JOB_KINDS, ChartPayload, JobController, KubeApiDouble
 
-from llm_infra import cli
-from llm_infra.commands import cluster_access
+from conftest import REPO_ROOT, app_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.job_state import Phase, expected_pods, job_state
 from llm_infra.k8s_manifests.values import WorkloadValues
@@ -31,45 +24,8 @@ from llm_infra.node_labels import HEALTH_STATUS_KEY
 from llm_infra.validation_run import chart_objects
 from manifest_validation import validate_object
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-REGION = "us-east-1"
-ACCOUNT = "123456789012"
 GPU_NODES = ["gpu-a", "gpu-b"]
-JOB_KINDS = ("Job", "PyTorchJob", "HyperPodPyTorchJob")
 FAST = ["--poll-seconds", "0.02", "--app-dir", str(REPO_ROOT)]
-
-
-@pytest.fixture(scope="module")
-def aws_endpoint():
-    """moto in server mode on loopback, with fake credentials for the clients."""
-    with pytest.MonkeyPatch.context() as env:
-        for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
-            env.setenv(key, value)
-        env.setenv("AWS_DEFAULT_REGION", REGION)
-        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        server.start()
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def eks_arn(aws_endpoint) -> str:
-    """The EKS cluster "train" in moto (whose backends every in-process moto server shares)."""
-    eks = boto3.client("eks", region_name=REGION, endpoint_url=aws_endpoint)
-    with contextlib.suppress(eks.exceptions.ResourceInUseException):
-        eks.create_cluster(
-            name="train",
-            roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks",
-            resourcesVpcConfig={"subnetIds": ["subnet-0123456789abcdef0"]},
-        )
-    return str(eks.describe_cluster(name="train")["cluster"]["arn"])
-
-
-def app_config(**changes) -> TrainingConfig:
-    """The app's config as the command reads it: cdk.json's context, then -c values."""
-    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
-    return TrainingConfig.from_context({**context, **changes})
 
 
 def objects_for(config: TrainingConfig, nodes: int = len(GPU_NODES)):
@@ -98,10 +54,9 @@ def cluster(api: KubeApiDouble, config: TrainingConfig, *, gpus: int = 8) -> Non
     )
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+def validate(capsys, cluster_flags: list[str], *flags: str) -> tuple[int, str, str]:
+    """`llm-infra validate` on the cluster ``cluster_flags`` reach, polling fast: (exit code, stdout, stderr)."""
+    return run_cli(capsys, "validate", *cluster_flags, *flags, *FAST)
 
 
 def left_running(api: KubeApiDouble) -> list[str]:
@@ -119,24 +74,22 @@ def assert_applied_objects_pass_the_chart_schemas(api: KubeApiDouble, config: Tr
 
 
 @pytest.fixture
-def eks_cluster(tmp_path, eks_arn, aws_endpoint):
-    """A healthy EKS-mode cluster in the double, its kubeconfig, and the validate command line."""
+def healthy_eks_cluster(eks_double):
+    """A healthy EKS-mode cluster in the double (the payload's runs done ahead), and the flags that reach it."""
+    api, flags = eks_double
     config = app_config()
     payload = ChartPayload()
     payload.warm(objects_for(config).jobs, GPU_NODES)
-    with KubeApiDouble() as api:
-        cluster(api, config)
-        api.controllers.append(JobController(payload))
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        argv = ["validate", "--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
-        yield api, config, argv + FAST
+    cluster(api, config)
+    api.controllers.append(JobController(payload))
+    return api, config, flags
 
 
 @pytest.mark.torch
-def test_a_healthy_cluster_passes_every_stage_and_nothing_is_left(eks_cluster, capsys) -> None:
+def test_a_healthy_cluster_passes_every_stage_and_nothing_is_left(healthy_eks_cluster, capsys) -> None:
     """The chart's three jobs run in order, each judged by its payload verdict; exit 0; all deleted."""
-    api, config, argv = eks_cluster
-    code, out, err = run(capsys, *argv, "--json")
+    api, config, flags = healthy_eks_cluster
+    code, out, err = validate(capsys, flags, "--json")
     assert code == 0, err
     report = json.loads(out)
     assert report["verdict"] == "pass" and report["nodes"] == GPU_NODES
@@ -158,10 +111,10 @@ def test_a_healthy_cluster_passes_every_stage_and_nothing_is_left(eks_cluster, c
 
 
 @pytest.mark.torch
-def test_the_table_shows_each_node_and_stage(eks_cluster, capsys) -> None:
+def test_the_table_shows_each_node_and_stage(healthy_eks_cluster, capsys) -> None:
     """moto (EKS): the table has a row per node and a column per stage."""
-    _, _, argv = eks_cluster
-    code, out, _ = run(capsys, *argv)
+    _, _, flags = healthy_eks_cluster
+    code, out, _ = validate(capsys, flags)
     assert code == 0
     lines = out.splitlines()
     assert lines[0].split() == ["node", "health", "allreduce", "training", "problems"]
@@ -169,117 +122,69 @@ def test_the_table_shows_each_node_and_stage(eks_cluster, capsys) -> None:
     assert lines[-1] == "validation of train: PASS"
 
 
-def test_a_faulty_node_fails_the_health_check_and_stops_the_run(tmp_path, eks_arn, aws_endpoint, capsys) -> None:
+def test_a_faulty_node_fails_the_health_check_and_stops_the_run(eks_double, capsys) -> None:
     """One node answers nvidia-smi with 7 GPUs and ECC errors: health fails on it, the rest is skipped."""
-    config = app_config()
-    with KubeApiDouble() as api:
-        cluster(api, config)
-        api.controllers.append(JobController(ChartPayload(faulty_nodes=frozenset({"gpu-b"}))))
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, out, _ = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "train",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--endpoint-url",
-            aws_endpoint,
-            *FAST,
-        )
-        assert code == 1
-        rows = {line.split()[0]: line.split() for line in out.splitlines()[1:3]}
-        assert rows["gpu-a"][1:4] == ["pass", "skipped", "skipped"]
-        assert rows["gpu-b"][1:4] == ["fail", "skipped", "skipped"]
-        assert "gpu_count" in rows["gpu-b"][4]
-        assert out.splitlines()[-1] == "validation of train: FAIL"
-        assert [o["metadata"]["name"] for o in api.received] == ["validation-1-health"]
-        assert left_running(api) == []
+    api, flags = eks_double
+    cluster(api, app_config())
+    api.controllers.append(JobController(ChartPayload(faulty_nodes=frozenset({"gpu-b"}))))
+    code, out, _ = validate(capsys, flags)
+    assert code == 1
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:3]}
+    assert rows["gpu-a"][1:4] == ["pass", "skipped", "skipped"]
+    assert rows["gpu-b"][1:4] == ["fail", "skipped", "skipped"]
+    assert "gpu_count" in rows["gpu-b"][4]
+    assert out.splitlines()[-1] == "validation of train: FAIL"
+    assert [o["metadata"]["name"] for o in api.received] == ["validation-1-health"]
+    assert left_running(api) == []
 
 
-def test_no_gpu_node_is_a_clear_error_and_starts_nothing(tmp_path, eks_arn, aws_endpoint, capsys) -> None:
+def test_no_gpu_node_is_a_clear_error_and_starts_nothing(eks_double, capsys) -> None:
     """moto (EKS): a system node and a GPU node that is not Ready: exit 1 before anything is created."""
-    with KubeApiDouble() as api:
-        api.add_node("system-1", gpus=0, role="system")
-        api.add_node("gpu-a", ready=False)
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, out, err = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "train",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--endpoint-url",
-            aws_endpoint,
-            *FAST,
-        )
-        assert code == 1 and not out
-        assert "no schedulable GPU node" in err and "1 GPU node(s), none that the jobs may use" in err
-        assert api.received == [] and left_running(api) == []
+    api, flags = eks_double
+    api.add_node("system-1", gpus=0, role="system")
+    api.add_node("gpu-a", ready=False)
+    code, out, err = validate(capsys, flags)
+    assert code == 1 and not out
+    assert "no schedulable GPU node" in err and "1 GPU node(s), none that the jobs may use" in err
+    assert api.received == [] and left_running(api) == []
 
 
-def test_a_job_that_never_starts_names_the_likely_cause(tmp_path, eks_arn, aws_endpoint, capsys) -> None:
+def test_a_job_that_never_starts_names_the_likely_cause(eks_double, capsys) -> None:
     """GPU nodes without allocatable GPUs (no device plugin): the pods stay Pending past --start-timeout."""
-    config = app_config()
-    with KubeApiDouble() as api:
-        cluster(api, config, gpus=0)
-        api.controllers.append(JobController(ChartPayload()))
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, out, _ = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "train",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--endpoint-url",
-            aws_endpoint,
-            "--start-timeout",
-            "0.3",
-            "--json",
-            *FAST,
-        )
-        assert code == 1
-        health = json.loads(out)["stages"][0]
-        assert health["outcome"] == "not-started"
-        assert "NVIDIA device plugin is not running" in health["detail"]
-        assert "Insufficient nvidia.com/gpu" in health["detail"]  # the scheduler's own words
-        assert left_running(api) == []
+    api, flags = eks_double
+    cluster(api, app_config(), gpus=0)
+    api.controllers.append(JobController(ChartPayload()))
+    code, out, _ = validate(capsys, flags, "--start-timeout", "0.3", "--json")
+    assert code == 1
+    health = json.loads(out)["stages"][0]
+    assert health["outcome"] == "not-started"
+    assert "NVIDIA device plugin is not running" in health["detail"]
+    assert "Insufficient nvidia.com/gpu" in health["detail"]  # the scheduler's own words
+    assert left_running(api) == []
 
 
-def test_an_unknown_cluster_is_bad_input(tmp_path, aws_endpoint, capsys) -> None:
+def test_an_unknown_cluster_is_bad_input(aws_endpoint, capsys) -> None:
     """moto (EKS): DescribeCluster does not know the name: exit 2."""
-    code, out, err = run(capsys, "validate", "--cluster", "nope", "--endpoint-url", aws_endpoint, *FAST)
+    code, out, err = validate(capsys, ["--cluster", "nope", "--endpoint-url", aws_endpoint])
     assert code == 2 and not out
     assert "--cluster: no EKS cluster 'nope' in us-east-1" in err
 
 
-def test_missing_platform_objects_are_named(tmp_path, eks_arn, aws_endpoint, capsys) -> None:
+def test_missing_platform_objects_are_named(eks_double, capsys) -> None:
     """Without the base chart (no cdk deploy yet): the missing objects are named, nothing is created."""
-    with KubeApiDouble() as api:
-        api.add_node("gpu-a")
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, _, err = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "train",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--endpoint-url",
-            aws_endpoint,
-            *FAST,
-        )
-        assert code == 1
-        assert "Namespace training, ServiceAccount training/training, ConfigMap training/llm-infra-workloads" in err
-        assert "PersistentVolumeClaim training/fsx-data" in err
-        assert api.received == []
+    api, flags = eks_double
+    api.add_node("gpu-a")
+    code, _, err = validate(capsys, flags)
+    assert code == 1
+    assert "Namespace training, ServiceAccount training/training, ConfigMap training/llm-infra-workloads" in err
+    assert "PersistentVolumeClaim training/fsx-data" in err
+    assert api.received == []
 
 
-def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks_arn, aws_endpoint, capsys) -> None:
+def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks_double, capsys) -> None:
     """--apply-base: the base and FSx charts' objects (the FSx ids from the outputs file) are applied and
     pass the charts' schema checks; a job that cannot start then ends the run."""
+    api, flags = eks_double
     config = app_config()
     app = tmp_path / "app"
     app.mkdir()
@@ -290,71 +195,51 @@ def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks_ar
         "FileSystemMountName": "abcdefgh",
     }
     (app / "cdk-outputs.json").write_text(json.dumps({"llm-infra-storage": outputs}))
-    with KubeApiDouble() as api:
-        api.add_node("gpu-a")
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, out, err = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "train",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--endpoint-url",
-            aws_endpoint,
-            "--apply-base",
-            "--start-timeout",
-            "0.1",
-            "--poll-seconds",
-            "0.02",
-            "--app-dir",
-            str(app),
-        )
-        assert code == 1 and "applied PersistentVolume fsx-data-training" in err
-        applied = [(o["kind"], o["metadata"]["name"]) for o in api.received]
-        assert applied[:6] == [
-            ("Namespace", "training"),
-            ("ServiceAccount", "training"),
-            ("ServiceAccount", "data-prep"),
-            ("ConfigMap", "llm-infra-workloads"),
-            ("PersistentVolume", "fsx-data-training"),
-            ("PersistentVolumeClaim", "fsx-data"),
-        ]
-        assert (
-            api.get("PersistentVolume", "fsx-data-training")["spec"]["csi"]["volumeHandle"] == outputs["FileSystemId"]
-        )
-        assert_applied_objects_pass_the_chart_schemas(api, config)
-        assert "did not start: no pod was created" in out
-        assert left_running(api) == []
+    api.add_node("gpu-a")
+    code, out, err = run_cli(
+        capsys,
+        "validate",
+        *flags,
+        "--apply-base",
+        "--start-timeout",
+        "0.1",
+        "--poll-seconds",
+        "0.02",
+        "--app-dir",
+        str(app),
+    )
+    assert code == 1 and "applied PersistentVolume fsx-data-training" in err
+    applied = [(o["kind"], o["metadata"]["name"]) for o in api.received]
+    assert applied[:6] == [
+        ("Namespace", "training"),
+        ("ServiceAccount", "training"),
+        ("ServiceAccount", "data-prep"),
+        ("ConfigMap", "llm-infra-workloads"),
+        ("PersistentVolume", "fsx-data-training"),
+        ("PersistentVolumeClaim", "fsx-data"),
+    ]
+    assert api.get("PersistentVolume", "fsx-data-training")["spec"]["csi"]["volumeHandle"] == outputs["FileSystemId"]
+    assert_applied_objects_pass_the_chart_schemas(api, config)
+    assert "did not start: no pod was created" in out
+    assert left_running(api) == []
 
 
-def test_jobs_left_from_an_earlier_run_are_not_touched(tmp_path, eks_arn, aws_endpoint, capsys) -> None:
+def test_jobs_left_from_an_earlier_run_are_not_touched(eks_double, capsys) -> None:
     """moto (EKS): a validation job already there is named and left alone (--replace-existing deletes it)."""
+    api, flags = eks_double
     config = app_config()
-    with KubeApiDouble() as api:
-        cluster(api, config)
-        earlier = objects_for(config).jobs[0]
-        api.put(json.loads(json.dumps(earlier)))
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, _, err = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "train",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--endpoint-url",
-            aws_endpoint,
-            *FAST,
-        )
-        assert code == 1 and "Job training/validation-1-health already exist" in err and "--replace-existing" in err
-        assert api.get("Job", "validation-1-health", "training") is not None and api.received == []
+    cluster(api, config)
+    earlier = objects_for(config).jobs[0]
+    api.put(json.loads(json.dumps(earlier)))
+    code, _, err = validate(capsys, flags)
+    assert code == 1 and "Job training/validation-1-health already exist" in err and "--replace-existing" in err
+    assert api.get("Job", "validation-1-health", "training") is not None and api.received == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupt_deletes_what_the_run_created(tmp_path, eks_arn, aws_endpoint, capsys, signum) -> None:
+def test_an_interrupt_deletes_what_the_run_created(eks_double, capsys, signum) -> None:
     """Ctrl-C (or SIGTERM) while a job runs: the job is deleted before the command exits 130."""
-    config = app_config()
+    api, flags = eks_double
     sent: list[int] = []
 
     def interrupt_once_the_job_exists(api: KubeApiDouble) -> None:
@@ -362,120 +247,57 @@ def test_an_interrupt_deletes_what_the_run_created(tmp_path, eks_arn, aws_endpoi
             sent.append(signum)
             os.kill(os.getpid(), signum)
 
-    with KubeApiDouble() as api:
-        cluster(api, config)
-        api.controllers.append(interrupt_once_the_job_exists)
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, _, err = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "train",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--endpoint-url",
-            aws_endpoint,
-            *FAST,
-        )
-        assert sent and code == 130 and "deleted Job training/validation-1-health" in err
-        assert [o["metadata"]["name"] for o in api.received] == ["validation-1-health"]
-        assert left_running(api) == []
+    cluster(api, app_config())
+    api.controllers.append(interrupt_once_the_job_exists)
+    code, _, err = validate(capsys, flags)
+    assert sent and code == 130 and "deleted Job training/validation-1-health" in err
+    assert [o["metadata"]["name"] for o in api.received] == ["validation-1-health"]
+    assert left_running(api) == []
 
 
 # ---- HyperPod: DescribeCluster through the Stubber (moto's answer has no Orchestrator) ----
-def stubbed_sagemaker(eks_arn: str, monkeypatch) -> Stubber:
-    client = boto3.client(
-        "sagemaker",
-        region_name=REGION,
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-        config=Config(retries={"max_attempts": 1}),
-    )
-    stub = Stubber(client)
-    stub.add_response(
-        "describe_cluster",
-        {
-            "ClusterArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/abcdefghijkl",
-            "ClusterName": "llm-infra-hyperpod",
-            "ClusterStatus": "InService",
-            "InstanceGroups": [],
-            "Orchestrator": {"Eks": {"ClusterArn": eks_arn}},
-        },
-        {"ClusterName": "llm-infra-hyperpod"},
-    )
-    real = cluster_access.aws_client
-    monkeypatch.setattr(
-        cluster_access, "aws_client", lambda args, service: client if service == "sagemaker" else real(args, service)
-    )
-    return stub
-
-
 @pytest.mark.parametrize(("answer", "labelled"), [("y", True), ("n", False)])
 def test_replace_failed_labels_failing_hyperpod_nodes_after_asking(
-    tmp_path, eks_arn, capsys, monkeypatch, answer, labelled
+    hyperpod_double, capsys, monkeypatch, answer, labelled
 ) -> None:
     """HyperPod mode (the chart's jobs for compute=hyperpod): the node failing its health check gets the
     documented node-health label for replacement, only after a yes."""
+    api, flags = hyperpod_double
     config = app_config(compute="hyperpod")
     monkeypatch.setattr("builtins.input", lambda: answer)
-    with KubeApiDouble() as api, stubbed_sagemaker(eks_arn, monkeypatch):
-        cluster(api, config)
-        api.controllers.append(JobController(ChartPayload(faulty_nodes=frozenset({"gpu-a"}))))
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, out, err = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "llm-infra-hyperpod",
-            "-c",
-            "compute=hyperpod",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--replace-failed",
-            *FAST,
-        )
-        assert code == 1
-        assert "label 1 node(s) for HyperPod replacement: gpu-a?" in err
-        node_label = (api.get("Node", "gpu-a")["metadata"]["labels"]).get(HEALTH_STATUS_KEY)
-        assert node_label == ("UnschedulablePendingReplacement" if labelled else "Schedulable")
-        assert (("labelled for replacement: gpu-a" in out) is labelled) and "gpu-b" not in str(api.patches)
-        assert_applied_objects_pass_the_chart_schemas(api, config)
-        assert left_running(api) == []
+    cluster(api, config)
+    api.controllers.append(JobController(ChartPayload(faulty_nodes=frozenset({"gpu-a"}))))
+    code, out, err = validate(capsys, flags, "--replace-failed")
+    assert code == 1
+    assert "label 1 node(s) for HyperPod replacement: gpu-a?" in err
+    node_label = (api.get("Node", "gpu-a")["metadata"]["labels"]).get(HEALTH_STATUS_KEY)
+    assert node_label == ("UnschedulablePendingReplacement" if labelled else "Schedulable")
+    assert (("labelled for replacement: gpu-a" in out) is labelled) and "gpu-b" not in str(api.patches)
+    assert_applied_objects_pass_the_chart_schemas(api, config)
+    assert left_running(api) == []
 
 
 @pytest.mark.torch
-def test_hyperpod_mode_runs_the_hyperpod_pytorch_jobs(tmp_path, eks_arn, capsys, monkeypatch) -> None:
+def test_hyperpod_mode_runs_the_hyperpod_pytorch_jobs(hyperpod_double, capsys) -> None:
     """Stubber (DescribeCluster): with compute=hyperpod the chart's jobs are HyperPodPyTorchJobs; they run,
     pass, pass the derived schema, and are deleted."""
+    api, flags = hyperpod_double
     config = app_config(compute="hyperpod")
     payload = ChartPayload()
     payload.warm(objects_for(config).jobs, GPU_NODES)
-    with KubeApiDouble() as api, stubbed_sagemaker(eks_arn, monkeypatch):
-        cluster(api, config)
-        api.controllers.append(JobController(payload))
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        code, out, err = run(
-            capsys,
-            "validate",
-            "--cluster",
-            "llm-infra-hyperpod",
-            "-c",
-            "compute=hyperpod",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--json",
-            *FAST,
-        )
-        assert code == 0, err
-        assert [s["kind"] for s in json.loads(out)["stages"]] == ["Job", "HyperPodPyTorchJob", "HyperPodPyTorchJob"]
-        assert api.received == objects_for(config).jobs
-        assert_applied_objects_pass_the_chart_schemas(api, config)
-        assert left_running(api) == []
+    cluster(api, config)
+    api.controllers.append(JobController(payload))
+    code, out, err = validate(capsys, flags, "--json")
+    assert code == 0, err
+    assert [s["kind"] for s in json.loads(out)["stages"]] == ["Job", "HyperPodPyTorchJob", "HyperPodPyTorchJob"]
+    assert api.received == objects_for(config).jobs
+    assert_applied_objects_pass_the_chart_schemas(api, config)
+    assert left_running(api) == []
 
 
 def test_replace_failed_is_for_hyperpod_only(capsys) -> None:
     """No AWS call: --replace-failed with compute=eks is bad input."""
-    code, _, err = run(capsys, "validate", "--cluster", "train", "--replace-failed", *FAST)
+    code, _, err = validate(capsys, ["--cluster", "train"], "--replace-failed")
     assert code == 2 and "--replace-failed: only with compute=hyperpod" in err
 
 

@@ -5,47 +5,61 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from llm_infra.terminal import UsageError, print_table, progress_bar
+
+Waited = TypeVar("Waited")
 
 
 def register(commands: Any) -> None:
     nodes = commands.add_parser("nodes", help="HyperPod cluster nodes").add_subparsers(
         dest="nodes_command", required=True
     )
-    list_parser = nodes.add_parser("list", help="all nodes (paginated), or only unhealthy ones")
-    add_aws_flags(list_parser)
+    list_parser = aws_subcommand(
+        nodes, "list", help="all nodes (paginated), or only unhealthy ones", handler=run_nodes_list
+    )
     list_parser.add_argument("--unhealthy", action="store_true", help="only nodes whose status is not Running")
-    list_parser.set_defaults(handler=run_nodes_list)
     for action in ("replace", "reboot"):
-        act = nodes.add_parser(action, help=f"{action} nodes (BatchReplace/BatchRebootClusterNodes), then wait")
-        add_aws_flags(act)
+        act = aws_subcommand(
+            nodes,
+            action,
+            help=f"{action} nodes (BatchReplace/BatchRebootClusterNodes), then wait",
+            handler=run_nodes_action,
+            action=action,
+        )
         act.add_argument("--node", dest="nodes", action="append", required=True, metavar="ID", help="repeatable")
         act.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-        act.add_argument("--no-wait", action="store_true", help="return once the API accepted the request")
-        act.add_argument("--timeout-minutes", type=float, default=60)
-        act.add_argument("--poll-seconds", type=float, default=30)
-        act.set_defaults(handler=run_nodes_action, action=action)
+        add_wait_flags(act)
 
-    add = nodes.add_parser(
-        "add", help="add nodes to an instance group (BatchAddClusterNodes, Continuous provisioning), then wait"
+    add = aws_subcommand(
+        nodes,
+        "add",
+        help="add nodes to an instance group (BatchAddClusterNodes, Continuous provisioning), then wait",
+        handler=run_nodes_add,
     )
-    add_aws_flags(add)
     add.add_argument("--group", required=True, help="instance group name, e.g. gpu")
     add.add_argument("--count", type=int, required=True, help="nodes to add (requests of at most 50)")
-    add.add_argument("--no-wait", action="store_true", help="return once the API accepted the request")
-    add.add_argument("--timeout-minutes", type=float, default=60)
-    add.add_argument("--poll-seconds", type=float, default=30)
-    add.set_defaults(handler=run_nodes_add)
+    add_wait_flags(add)
 
     cluster = commands.add_parser("cluster", help="HyperPod cluster").add_subparsers(
         dest="cluster_command", required=True
     )
-    status = cluster.add_parser("status", help="the HyperPod and EKS clusters, and the stacks' outputs")
-    add_aws_flags(status)
+    status = aws_subcommand(
+        cluster, "status", help="the HyperPod and EKS clusters, and the stacks' outputs", handler=run_cluster_status
+    )
     status.add_argument("--stack-prefix", default="llm-infra", help="the app's project_name")
-    status.set_defaults(handler=run_cluster_status)
+
+
+def aws_subcommand(
+    subcommands: Any, name: str, *, help: str, handler: Callable[[argparse.Namespace], int], **defaults: Any
+) -> argparse.ArgumentParser:
+    """A subcommand that calls ``handler`` with its arguments, the AWS flags among them."""
+    parser: argparse.ArgumentParser = subcommands.add_parser(name, help=help)
+    add_aws_flags(parser)
+    parser.set_defaults(handler=handler, **defaults)
+    return parser
 
 
 def add_aws_flags(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +68,23 @@ def add_aws_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="AWS region (default: the profile's or AWS_REGION)")
     parser.add_argument("--endpoint-url", help="a local AWS endpoint, e.g. for tests")
     parser.add_argument("--json", action="store_true", help="JSON output")
+
+
+def add_wait_flags(parser: argparse.ArgumentParser) -> None:
+    """How a command waits for the nodes it asked for: --no-wait, or a poll with a timeout."""
+    parser.add_argument("--no-wait", action="store_true", help="return once the API accepted the request")
+    parser.add_argument("--timeout-minutes", type=float, default=60)
+    parser.add_argument("--poll-seconds", type=float, default=30)
+
+
+def wait_with_progress(args: argparse.Namespace, wait: Callable[..., Waited], *what: Any) -> Waited:
+    """``wait(*what)`` (a poll of hyperpod_ops) under the command's --timeout-minutes and --poll-seconds,
+    with a progress bar on stderr."""
+    waited = wait(
+        *what, timeout_seconds=args.timeout_minutes * 60, poll_seconds=args.poll_seconds, on_progress=progress_bar
+    )
+    print(file=sys.stderr)  # ends the progress bar's line
+    return waited
 
 
 def aws_client(args: argparse.Namespace, service: str) -> Any:
@@ -94,15 +125,7 @@ def run_nodes_action(args: argparse.Namespace) -> int:
         print(f"failed: {failure['NodeId']}: {failure.get('ErrorCode')}: {failure.get('Message')}", file=sys.stderr)
     pending: list[str] = []
     if result.successful and not args.no_wait:
-        pending = wait_until_running(
-            sagemaker,
-            args.cluster,
-            result.successful,
-            timeout_seconds=args.timeout_minutes * 60,
-            poll_seconds=args.poll_seconds,
-            on_progress=progress_bar,
-        )
-        print(file=sys.stderr)
+        pending = wait_with_progress(args, wait_until_running, sagemaker, args.cluster, result.successful)
     report: dict[str, Any] = {
         "action": args.action,
         "successful": result.successful,
@@ -135,16 +158,7 @@ def run_nodes_add(args: argparse.Namespace) -> int:
         )
     running = None
     if result.node_logical_ids and not args.no_wait:
-        running = wait_for_group(
-            sagemaker,
-            args.cluster,
-            args.group,
-            result.target_count,
-            timeout_seconds=args.timeout_minutes * 60,
-            poll_seconds=args.poll_seconds,
-            on_progress=progress_bar,
-        )
-        print(file=sys.stderr)
+        running = wait_with_progress(args, wait_for_group, sagemaker, args.cluster, args.group, result.target_count)
     report: dict[str, Any] = {
         "group": args.group,
         "added": result.node_logical_ids,
