@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from upstream_charts import HYPERPOD_COMPUTE_TYPE, HYPERPOD_COMPUTE_TYPE_LABEL, PodTemplate
+from upstream_charts import (
+    HELM_MERGE,
+    HYPERPOD_COMPUTE_TYPE,
+    HYPERPOD_COMPUTE_TYPE_LABEL,
+    PodTemplate,
+    addon_pods,
+    chart_model,
+    hyperpod_chart,
+)
 
 from llm_infra.instance_types import INSTANCE_PROFILES
 from llm_infra.node_labels import INSTANCE_TYPE_LABEL
@@ -321,6 +329,38 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
         ]
         return [head, *workers]
     return []
+
+
+def helm_operator_switches(stack: Mapping[str, Any]) -> dict[str, bool]:
+    """The switches AWS's HyperPod Helm-chart stack (``AWS::CloudFormation::Stack``) is given."""
+    pairs = stack["Properties"]["Parameters"]["HelmOperators"].split(",")
+    return {key: value == "true" for key, value in (pair.split("=") for pair in pairs)}
+
+
+def installed_pods(templates: Templates, *, merge: str = HELM_MERGE) -> list[PodTemplate]:
+    """The pods of every EKS add-on (its configuration values combined with its defaults by ``merge``),
+    pinned Helm chart and AWS's HyperPod chart the stacks install."""
+    pods = [
+        pod
+        for _, _, addon in templates.resources("AWS::EKS::Addon")
+        for pod in addon_pods(
+            addon["Properties"]["AddonName"],
+            addon["Properties"]["AddonVersion"],
+            addon["Properties"].get("ConfigurationValues"),
+            merge=merge,
+        )
+    ]
+    for _, _, chart in templates.resources("Custom::AWSCDK-EKS-HelmChart"):
+        props = chart["Properties"]
+        pods += chart_model(props["Chart"], props["Version"]).render(json.loads(props.get("Values", "{}")))
+    for _, _, stack in templates.resources("AWS::CloudFormation::Stack"):
+        pods += hyperpod_chart(helm_operator_switches(stack))[0]
+    return pods
+
+
+def deploy_pods(templates: Templates) -> list[PodTemplate]:
+    """Every pod ``cdk deploy`` leaves running: what the stacks install and the manifests they apply."""
+    return installed_pods(templates) + [p for _, _, obj in applied_objects(templates) for p in pod_templates(obj)]
 
 
 def applied_objects(templates: Templates) -> list[tuple[str, str, dict[str, Any]]]:

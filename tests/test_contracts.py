@@ -23,12 +23,14 @@ from cluster_model import (
     admission_problem,
     applied_objects,
     custom_kind,
+    deploy_pods,
+    helm_operator_switches,
     nodes,
     pod_templates,
     schedule,
     yaml_objects,
 )
-from upstream_charts import PodTemplate, addon_pods, chart_model, hyperpod_chart
+from upstream_charts import PodTemplate, chart_model, hyperpod_chart
 
 from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import TrainingConfig
@@ -58,35 +60,11 @@ class Deployment:
     def nodes(self) -> list[Node]:
         return nodes(self.templates, hyperpod_hugepages_mib=self.hyperpod_hugepages_mib)
 
-    def installed_pods(self) -> list[PodTemplate]:
-        """The pods of every EKS add-on, pinned Helm chart and AWS's HyperPod chart the stack installs."""
-        pods = [
-            pod
-            for _, _, addon in self.templates.resources("AWS::EKS::Addon")
-            for pod in addon_pods(
-                addon["Properties"]["AddonName"],
-                addon["Properties"]["AddonVersion"],
-                addon["Properties"].get("ConfigurationValues"),
-            )
-        ]
-        for _, _, chart in self.templates.resources("Custom::AWSCDK-EKS-HelmChart"):
-            props = chart["Properties"]
-            pods += chart_model(props["Chart"], props["Version"]).render(json.loads(props.get("Values", "{}")))
-        for _, _, stack in self.templates.resources("AWS::CloudFormation::Stack"):
-            pods += hyperpod_chart(switches(stack))[0]
-        return pods
-
     def deploy_pods(self) -> list[PodTemplate]:
-        applied = [p for _, _, obj in applied_objects(self.templates) for p in pod_templates(obj)]
-        return self.installed_pods() + applied
+        return deploy_pods(self.templates)
 
     def on_demand(self, name: str) -> list[PodTemplate]:
         return [p for obj in yaml_objects([self.dist[name]]) for p in pod_templates(obj)]
-
-
-def switches(stack: dict[str, Any]) -> dict[str, bool]:
-    pairs = stack["Properties"]["Parameters"]["HelmOperators"].split(",")
-    return {key: value == "true" for key, value in (pair.split("=") for pair in pairs)}
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -264,7 +242,7 @@ def _installers(templates: Templates) -> dict[tuple[str, str], tuple[str, str]]:
         for kind in chart_model(props["Chart"], props["Version"]).crds:
             found[kind] = (stack, logical_id)
     for stack, logical_id, nested in templates.resources("AWS::CloudFormation::Stack"):
-        for kind in hyperpod_chart(switches(nested))[1]:
+        for kind in hyperpod_chart(helm_operator_switches(nested))[1]:
             found[kind] = (stack, logical_id)
     return found
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import cdk8s
 import pytest
-from cluster_model import GPU, Node, Templates, admission_problem, applied_objects, nodes, pod_templates, schedule
-from upstream_charts import PodTemplate, addon_pods, chart_model, hyperpod_chart
+from cluster_model import GPU, Node, Templates, admission_problem, deploy_pods, nodes, pod_templates, schedule
+from upstream_charts import PodTemplate
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
@@ -140,28 +140,6 @@ def test_the_schema_and_rule_checks_catch_mistakes() -> None:
 
 
 # ---- no GPU held until work arrives; the work fits when it does -------------------------------
-def deploy_pods(app: Any) -> list[PodTemplate]:
-    """Every pod the deployed stacks run: EKS add-ons, pinned Helm charts, AWS's HyperPod chart, and
-    the manifests deploy applies (as tests/test_contracts.py builds them)."""
-    templates = Templates(app.templates)
-    pods = [
-        pod
-        for _, _, addon in templates.resources("AWS::EKS::Addon")
-        for pod in addon_pods(
-            addon["Properties"]["AddonName"],
-            addon["Properties"]["AddonVersion"],
-            addon["Properties"].get("ConfigurationValues"),
-        )
-    ]
-    for _, _, chart in templates.resources("Custom::AWSCDK-EKS-HelmChart"):
-        props = chart["Properties"]
-        pods += chart_model(props["Chart"], props["Version"]).render(json.loads(props.get("Values", "{}")))
-    for _, _, stack in templates.resources("AWS::CloudFormation::Stack"):
-        pairs = stack["Properties"]["Parameters"]["HelmOperators"].split(",")
-        pods += hyperpod_chart({k: v == "true" for k, v in (p.split("=") for p in pairs)})[0]
-    return pods + [p for _, _, obj in applied_objects(templates) for p in pod_templates(obj)]
-
-
 def ray_pods(cluster_spec: dict[str, Any], name: str, *, workers_running: int, submitter: bool) -> list[PodTemplate]:
     """The pods KubeRay makes of a RayCluster spec with ``workers_running`` GPU workers."""
     spec = copy.deepcopy(cluster_spec)
@@ -181,7 +159,7 @@ def deployment(request, synth) -> tuple[TrainingConfig, Any]:
 def cluster_with_deploy_pods(app: Any, config: TrainingConfig) -> list[Node]:
     hugepages = 2 * config.hugepages_2mib if config.compute == "hyperpod" else 0
     cluster = nodes(Templates(app.templates), hyperpod_hugepages_mib=hugepages)
-    schedule(deploy_pods(app), cluster)
+    schedule(deploy_pods(Templates(app.templates)), cluster)
     return cluster
 
 

@@ -15,17 +15,22 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Match, Template
-from cluster_model import Node, Templates, Unschedulable, admission_problem, applied_objects, nodes, schedule
+from cluster_model import (
+    Node,
+    Templates,
+    Unschedulable,
+    admission_problem,
+    applied_objects,
+    installed_pods,
+    nodes,
+    schedule,
+)
 from upstream_charts import (
     HELM_MERGE,
     HYPERPOD_COMPUTE_TYPE_LABEL,
     HYPERPOD_TRAINING_OPERATOR_CONTROLLER,
     REPLACE,
     VALUE_MERGES,
-    PodTemplate,
-    addon_pods,
-    chart_model,
-    hyperpod_chart,
 )
 
 from conftest import hyperpod_config
@@ -152,27 +157,6 @@ def test_operator_off_installs_neither_it_nor_cert_manager(without_operator) -> 
 SYSTEM_NODE_VALUES = {"hpTrainingControllerManager": {"nodeSelector": {NODE_ROLE_LABEL: "system"}}}
 
 
-def installed_pods(templates: Templates, merge: str) -> list[PodTemplate]:
-    """Every add-on's, pinned chart's and HyperPod chart's pods, add-on values combined by ``merge``."""
-    pods = [
-        pod
-        for _, _, addon in templates.resources("AWS::EKS::Addon")
-        for pod in addon_pods(
-            addon["Properties"]["AddonName"],
-            addon["Properties"]["AddonVersion"],
-            addon["Properties"].get("ConfigurationValues"),
-            merge=merge,
-        )
-    ]
-    for _, _, chart in templates.resources("Custom::AWSCDK-EKS-HelmChart"):
-        props = chart["Properties"]
-        pods += chart_model(props["Chart"], props["Version"]).render(json.loads(props.get("Values", "{}")))
-    for _, _, stack in templates.resources("AWS::CloudFormation::Stack"):
-        pairs = stack["Properties"]["Parameters"]["HelmOperators"].split(",")
-        pods += hyperpod_chart({k: v == "true" for k, v in (p.split("=") for p in pairs)})[0]
-    return pods
-
-
 def with_operator_values(app, values: dict) -> Templates:
     """The app's templates with the operator add-on's ConfigurationValues replaced."""
     templates = copy.deepcopy(app.templates)
@@ -191,7 +175,7 @@ def hyperpod_cpu_nodes(cluster: list[Node]) -> set[str]:
 def test_controller_runs_on_the_hyperpod_cpu_group_however_the_addon_combines_values(hyperpod_app, merge) -> None:
     templates = Templates(hyperpod_app.templates)
     cluster = nodes(templates)
-    placed = schedule(installed_pods(templates, merge), cluster)
+    placed = schedule(installed_pods(templates, merge=merge), cluster)
     assert hyperpod_cpu_nodes(cluster), "the HyperPod cluster has a CPU group"
     (node,) = placed[HYPERPOD_TRAINING_OPERATOR_CONTROLLER]
     assert node in hyperpod_cpu_nodes(cluster)
@@ -200,10 +184,10 @@ def test_controller_runs_on_the_hyperpod_cpu_group_however_the_addon_combines_va
 def test_system_node_values_leave_the_controller_pending_if_the_addon_merges(hyperpod_app) -> None:
     templates = with_operator_values(hyperpod_app, SYSTEM_NODE_VALUES)
     cluster = nodes(templates)
-    (node,) = schedule(installed_pods(templates, REPLACE), cluster)[HYPERPOD_TRAINING_OPERATOR_CONTROLLER]
+    (node,) = schedule(installed_pods(templates, merge=REPLACE), cluster)[HYPERPOD_TRAINING_OPERATOR_CONTROLLER]
     assert {n.name: n for n in cluster}[node].labels[NODE_ROLE_LABEL] == "system"
     with pytest.raises(Unschedulable, match=f"{HYPERPOD_TRAINING_OPERATOR_CONTROLLER} replica 0 fits no node"):
-        schedule(installed_pods(templates, HELM_MERGE), nodes(templates))
+        schedule(installed_pods(templates, merge=HELM_MERGE), nodes(templates))
 
 
 CERT_MANAGER_PODS = ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")
@@ -213,7 +197,7 @@ CERT_MANAGER_PODS = ("cert-manager", "cert-manager-webhook", "cert-manager-cainj
 def test_cert_manager_runs_only_on_untainted_nodes(hyperpod_app, merge) -> None:
     templates = Templates(hyperpod_app.templates)
     cluster = nodes(templates)
-    pods = installed_pods(templates, merge)
+    pods = installed_pods(templates, merge=merge)
     placed = schedule(pods, cluster)
     untainted = {n.name for n in cluster if not n.taints}
     system = {n.name for n in cluster if n.labels.get(NODE_ROLE_LABEL) == "system"}
