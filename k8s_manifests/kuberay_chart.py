@@ -24,6 +24,30 @@ REDIS_ARGS = ["--appendonly", "yes", "--dir", "/data", "--requirepass", "$(REDIS
 # KubeRay labels every pod of a RayCluster (and its Redis cleanup Job) with the cluster's name.
 CLUSTER_LABEL = "ray.io/cluster"
 RAY_ENV = {"PYTHONPATH": WORKLOADS_MOUNT, "RAY_USAGE_STATS_ENABLED": "0"}
+# HyperPod's GPU instance group runs one thread per core (constructs/hyperpod_cluster.py,
+# HyperPodInstanceGroup.threads_per_core): its nodes show half the instance's vCPUs.
+HYPERPOD_GPU_THREADS_PER_CORE = 1
+
+
+def kubelet_reserved_millicpu(vcpus: int) -> float:
+    """The CPU (millicores) the kubelet of the EKS-optimized AMI keeps from pods (kube-reserved), as the AMI's
+    bootstrap computes it: 6 % of the first core, 1 % of the second, 0.5 % of the next two, 0.25 % of the
+    rest. HyperPod's EKS AMI is assumed to reserve the same (tests/cluster_model.py models both so)."""
+    return 60 + (10 if vcpus > 1 else 0) + 5 * min(max(vcpus - 2, 0), 2) + 2.5 * max(vcpus - 4, 0)
+
+
+def gpu_worker_cpus(values: WorkloadValues) -> int:
+    """The CPUs Ray counts on a GPU worker: every whole CPU its node allocates to pods.
+
+    The worker takes the whole node and, like the training pods, requests no CPU and has no CPU limit
+    (gpu_pod_spec): it may use every vCPU the node shows less what the kubelet reserves, rounded down
+    so Ray never plans on a CPU the node lacks. The DaemonSets beside it (about one CPU of requests in
+    all, mostly idle) are not subtracted: the count must not depend on which add-ons run. p5.48xlarge:
+    191 on EKS (192 vCPUs), 95 on HyperPod (96: ThreadsPerCore=1).
+    """
+    threads_per_core = HYPERPOD_GPU_THREADS_PER_CORE if values.hyperpod else 2
+    vcpus = values.profile.vcpus * threads_per_core // 2
+    return int(vcpus * 1000 - kubelet_reserved_millicpu(vcpus)) // 1000
 
 
 class KubeRayChart(cdk8s.Chart):
@@ -142,7 +166,15 @@ class KubeRayChart(cdk8s.Chart):
                     "replicas": 0,
                     "minReplicas": 0,
                     "maxReplicas": values.gpu_nodes_max,
-                    "rayStartParams": {},
+                    # Ray 2.60's autoscaler (v1 and v2) reads each group's CPUs from rayStartParams num-cpus,
+                    # else the Ray container's CPU limit, else its CPU request, and raises without one
+                    # (ray/autoscaler/_private/kuberay/autoscaling_config.py _get_num_cpus, called from
+                    # _derive_autoscaling_config_from_ray_cr): the workers have neither, so say it here;
+                    # KubeRay passes it to `ray start`, so the raylet registers the same count. GPUs and
+                    # memory come from the container's limits (nvidia.com/gpu, memory: _get_num_gpus,
+                    # _get_memory), which KubeRay v1.7.0 also passes as --num-gpus and --memory
+                    # (ray-operator/controllers/ray/common/pod.go generateRayStartCommand).
+                    "rayStartParams": {"num-cpus": str(gpu_worker_cpus(values))},
                     "template": {
                         "spec": gpu_pod_spec(
                             values,

@@ -16,7 +16,17 @@ from typing import Any
 
 import cdk8s
 import pytest
-from cluster_model import GPU, Node, Templates, admission_problem, deploy_pods, nodes, pod_templates, schedule
+from cluster_model import (
+    GPU,
+    Node,
+    Templates,
+    admission_problem,
+    deploy_pods,
+    nodes,
+    pod_templates,
+    quantity,
+    schedule,
+)
 from upstream_charts import PodTemplate
 
 from conftest import hyperpod_config
@@ -196,6 +206,82 @@ def test_when_work_arrives_each_worker_takes_a_whole_gpu_node(deployment) -> Non
         (worker_pods,) = [p for p in pods if p.name.endswith("/gpu")]
         assert len(set(placed[worker_pods.name])) == worker_pods.replicas  # one per node, every GPU
         assert all(n.used.get(GPU, 0) in (0, config.gpu_profile.gpus) for n in cluster)
+
+
+# ---- what Ray's autoscaler sees: Ray's own reading of every rendered cluster ---------------------
+def ray_cluster_crs(config: TrainingConfig) -> dict[str, dict[str, Any]]:
+    """Each RayCluster the chart makes, as the autoscaler in its head fetches it from the API server:
+    the RayCluster, and the one KubeRay makes of the RayJob's rayClusterSpec (named after the job)."""
+    objects = chart_objects(config)
+    job = by_kind(objects, "RayJob")
+    job_cluster = {
+        "apiVersion": job["apiVersion"],
+        "kind": "RayCluster",
+        "metadata": {"name": f"{job['metadata']['name']}-raycluster", "namespace": job["metadata"]["namespace"]},
+        "spec": job["spec"]["rayClusterSpec"],
+    }
+    return {"RayCluster": by_kind(objects, "RayCluster"), "RayJob": job_cluster}
+
+
+def container_memory_bytes(group: dict[str, Any]) -> int:
+    """The Ray container's memory limit (cgroup-enforced: what the pod may use), in bytes."""
+    (container, *_) = group["template"]["spec"]["containers"]
+    return quantity("memory", container["resources"]["limits"]["memory"]) * 2**20
+
+
+def test_rays_autoscaler_sees_what_the_nodes_and_pods_provide(deployment) -> None:
+    """Ray 2.60's autoscaler (v1 and v2 alike) turns the RayCluster CR into node types with
+    ray/autoscaler/_private/kuberay/autoscaling_config.py _derive_autoscaling_config_from_ray_cr, which
+    raises when a group gives it no CPU count; the numbers must be those of the node and pod."""
+    kuberay_config = pytest.importorskip("ray.autoscaler._private.kuberay.autoscaling_config")
+    v2_config = pytest.importorskip("ray.autoscaler.v2.instance_manager.config")
+    config, app = deployment
+    gpu_nodes_max = values(config).gpu_nodes_max
+    # A GPU node as its kubelet registers it, from the synthesized templates: allocatable CPU = the
+    # vCPUs (HyperPod: after the instance group's ThreadsPerCore) less the kubelet's reservation.
+    hugepages = 2 * config.hugepages_2mib if config.compute == "hyperpod" else 0
+    (gpu_node, *_) = [n for n in nodes(Templates(app.templates), hyperpod_hugepages_mib=hugepages) if n.gpus]
+    entrypoint = by_kind(chart_objects(config), "RayJob")["spec"]["entrypoint"]
+    for source, cr in ray_cluster_crs(config).items():
+        spec = cr["spec"]
+        derived = kuberay_config._derive_autoscaling_config_from_ray_cr(cr)
+        # What autoscaler v2 (autoscalerOptions.version) builds of it: KubeRayConfigReader.
+        node_types = v2_config.AutoscalingConfig(derived).get_node_type_configs()
+        head, gpu = derived["available_node_types"]["headgroup"], derived["available_node_types"]["gpu"]
+        assert set(derived["available_node_types"]) == {"headgroup", "gpu"}, source
+        # The head runs no tasks and holds no GPU; Ray's memory there is its container's limit.
+        assert head["resources"] == {
+            "CPU": 0,
+            "GPU": 0,
+            "memory": container_memory_bytes(spec["headGroupSpec"]),
+        }, source
+        # A GPU worker: every whole CPU the node allocates to pods, every GPU, its container's memory.
+        assert gpu["resources"] == {
+            "CPU": gpu_node.capacity["cpu"] // 1000,
+            "GPU": gpu_node.gpus,
+            "memory": container_memory_bytes(workers(spec)),
+        }, source
+        assert gpu["resources"]["GPU"] == config.gpu_profile.gpus
+        assert gpu["resources"]["memory"] <= gpu_node.capacity["memory"] * 2**20  # the limit fits the node
+        assert gpu["resources"]["CPU"] >= gpu["resources"]["GPU"]  # Ray Train's default worker: 1 CPU + 1 GPU
+        # What the raylet registers: KubeRay hands rayStartParams num-cpus to `ray start` (without it the
+        # raylet would count every vCPU of the host), and --num-gpus and --memory from the limits read above.
+        assert workers(spec)["rayStartParams"]["num-cpus"] == str(gpu["resources"]["CPU"]), source
+        # No GPU node until work asks for one; at most gpu_nodes_max.
+        assert workers(spec)["replicas"] == 0, source
+        assert (gpu["min_workers"], gpu["max_workers"]) == (0, gpu_nodes_max), source
+        assert derived["max_workers"] == gpu_nodes_max
+        v2_gpu = node_types["gpu"]
+        assert (v2_gpu.min_worker_nodes, v2_gpu.max_worker_nodes, v2_gpu.resources) == (
+            0,
+            gpu_nodes_max,
+            gpu["resources"],
+        ), source
+        assert node_types["headgroup"].resources == head["resources"], source
+        # The RayJob's demand (one worker per GPU, 1 CPU + 1 GPU each) fits gpu_nodes such workers.
+        if source == "RayJob":
+            (num_workers,) = re.findall(r"--num-workers=(\d+)", entrypoint)
+            assert int(num_workers) <= config.gpu_nodes * min(gpu["resources"]["CPU"], gpu["resources"]["GPU"])
 
 
 # ---- the training jobs' placement, devices and NCCL environment --------------------------------
