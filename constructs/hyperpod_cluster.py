@@ -32,6 +32,12 @@ from llm_infra.service_limits import (
 )
 
 LIFECYCLE_SCRIPTS = Path(__file__).resolve().parent / "hyperpod_lifecycle"
+# The tag the HyperPod training operator needs on the cluster. AWS's install guide for the add-on
+# (docs: sagemaker-eks-operator-install, "tag your HyperPod cluster with SageMaker:true ... otherwise
+# the installation will fail"); AWS's HyperPod Terraform module tags the cluster the same way
+# (awsome-distributed-ai, hyperpod-eks-tf/modules/hyperpod_cluster); the managed policy
+# AmazonSageMakerHyperPodTrainingOperatorAccess is reported to condition on aws:ResourceTag/SageMaker.
+SAGEMAKER_TAG = cdk.CfnTag(key="SageMaker", value="true")
 CPU_INSTANCE_TYPES = ("ml.m5.xlarge", "ml.m5.2xlarge", "ml.m5.4xlarge", "ml.c5.2xlarge", "ml.c5.4xlarge")
 HYPERPOD_INSTANCE_TYPES = tuple(sorted(f"ml.{name}" for name in INSTANCE_PROFILES)) + CPU_INSTANCE_TYPES
 
@@ -42,7 +48,8 @@ class HyperPodInstanceGroup:
 
     GPU groups (``gpu=True``) carry the ``nvidia.com/gpu`` NoSchedule taint; CPU groups no taint. Each
     node is labelled ``llm-infra.aws/node-role`` (``node_role``: ``gpu`` or ``cpu`` unless ``labels``
-    sets it) and ``llm-infra.aws/efa``, plus ``labels``.
+    sets it) and ``llm-infra.aws/efa``, plus ``labels``. ``lifecycle_environment``: this group's
+    settings for the lifecycle scripts, over the cluster's (e.g. ``HUGEPAGES_2MIB``).
     """
 
     name: str
@@ -55,6 +62,7 @@ class HyperPodInstanceGroup:
     image_id: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     gpu: bool = True
+    lifecycle_environment: dict[str, str] = field(default_factory=dict)
 
     @property
     def node_role(self) -> str:
@@ -114,14 +122,17 @@ class HyperPodCluster(Construct):
     - ``instance_groups`` (attribute): the groups, each with its labels and taints
       (``KubernetesConfig``); HyperPod adds its own labels, ``sagemaker.amazonaws.com/compute-type``
       among them;
-    - lifecycle scripts from ``hyperpod_lifecycle/``, every file of the folder (plus ``lifecycle.env``
-      with ``lifecycle_environment``) uploaded by ``cdk deploy`` to a bucket of the construct and
-      referenced by ``LifeCycleConfig``;
+    - lifecycle scripts from ``hyperpod_lifecycle/``, every file of the folder plus ``lifecycle.env``
+      (``lifecycle_environment`` with the group's own over it), uploaded by ``cdk deploy`` for each
+      instance group to ``hyperpod/lifecycle/<group>/`` in a bucket of the construct and referenced by
+      that group's ``LifeCycleConfig``;
     - an execution role that trusts SageMaker, with AmazonSageMakerClusterInstanceRolePolicy plus
       what AWS's reference execution role grants (ENIs in the VPC, ECR pull, Pod Identity,
       ``cloudwatch:DescribeAlarms``) and reading the lifecycle prefix; HyperPod itself creates its
       EKS access entry;
-    - optional managed tiered checkpointing (``TieredStorageConfig``).
+    - optional managed tiered checkpointing (``TieredStorageConfig``);
+    - the tag ``SageMaker=true``, which the HyperPod training operator's install and its managed
+      policy require (:data:`SAGEMAKER_TAG`).
     """
 
     def __init__(
@@ -163,30 +174,18 @@ class HyperPodCluster(Construct):
         lifecycle_bucket = TrainingBucket(self, "Lifecycle")
         self.lifecycle_bucket = lifecycle_bucket.bucket
         self.lifecycle_prefix = "hyperpod/lifecycle/"
-        deployment = s3_deployment.BucketDeployment(
-            self,
-            "LifecycleScripts",
-            sources=[
-                s3_deployment.Source.asset(str(lifecycle_scripts)),
-                # Settings for the scripts, sourced by on_create.sh.
-                s3_deployment.Source.data(
-                    "lifecycle.env", "".join(f"{k}={v}\n" for k, v in sorted((lifecycle_environment or {}).items()))
-                ),
-            ],
-            destination_bucket=self.lifecycle_bucket,
-            destination_key_prefix=self.lifecycle_prefix,
-            prune=True,
-        )
-        self._acknowledge_bucket_deployment(deployment)
+        deployments = {
+            group.name: self._upload_lifecycle(
+                group, lifecycle_scripts, {**(lifecycle_environment or {}), **group.lifecycle_environment}
+            )
+            for group in instance_groups
+        }
+        self._acknowledge_bucket_deployment()
         self.execution_role = self._execution_role(cluster, lifecycle_bucket)
         # No access entry here: HyperPod creates the execution role's entry itself ("This is created by
         # HyperPod on your behalf", SageMaker API ClusterMetadata.EksRoleAccessEntries); a second one
         # from this stack would fail the create with a conflict.
 
-        lifecycle = sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
-            source_s3_uri=f"s3://{self.lifecycle_bucket.bucket_name}/{self.lifecycle_prefix}",
-            on_create="on_create.sh",
-        )
         self.resource = sagemaker.CfnCluster(
             self,
             "Resource",
@@ -201,7 +200,7 @@ class HyperPodCluster(Construct):
                 subnets=[subnet.subnet_id],
                 security_group_ids=[sg.security_group_id for sg in security_groups],
             ),
-            instance_groups=[self._instance_group(group, lifecycle) for group in instance_groups],
+            instance_groups=[self._instance_group(group) for group in instance_groups],
             tiered_storage_config=(
                 sagemaker.CfnCluster.TieredStorageConfigProperty(
                     mode="Enable", instance_memory_allocation_percentage=tiered_checkpointing_memory_percent
@@ -209,9 +208,10 @@ class HyperPodCluster(Construct):
                 if tiered_checkpointing_memory_percent
                 else None
             ),
+            tags=[SAGEMAKER_TAG],
         )
-        # Nodes download the scripts at creation: the upload must finish first.
-        self.resource.node.add_dependency(deployment)
+        # Nodes download the scripts at creation: the uploads must finish first.
+        self.resource.node.add_dependency(*deployments.values())
 
     @property
     def cluster_arn(self) -> str:
@@ -222,9 +222,28 @@ class HyperPodCluster(Construct):
         assert self.resource.cluster_name is not None
         return self.resource.cluster_name
 
-    def _instance_group(
-        self, group: HyperPodInstanceGroup, lifecycle: sagemaker.CfnCluster.ClusterLifeCycleConfigProperty
-    ) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
+    def group_lifecycle_prefix(self, group_name: str) -> str:
+        """The key prefix of ``group_name``'s lifecycle scripts in :attr:`lifecycle_bucket`."""
+        return f"{self.lifecycle_prefix}{group_name}/"
+
+    def _upload_lifecycle(
+        self, group: HyperPodInstanceGroup, scripts: Path, environment: dict[str, str]
+    ) -> s3_deployment.BucketDeployment:
+        """The scripts and the group's ``lifecycle.env`` (sourced by on_create.sh) under its own prefix."""
+        settings = "".join(f"{key}={value}\n" for key, value in sorted(environment.items()))
+        return s3_deployment.BucketDeployment(
+            self,
+            f"LifecycleScripts-{group.name}",
+            sources=[
+                s3_deployment.Source.asset(str(scripts)),
+                s3_deployment.Source.data("lifecycle.env", settings),
+            ],
+            destination_bucket=self.lifecycle_bucket,
+            destination_key_prefix=self.group_lifecycle_prefix(group.name),
+            prune=True,
+        )
+
+    def _instance_group(self, group: HyperPodInstanceGroup) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
         efa = group.gpu and instance_profile(group.instance_type).efa_supported
         labels = {EFA_LABEL: str(efa).lower(), **group.labels, NODE_ROLE_LABEL: group.node_role}
         taints = (
@@ -237,7 +256,10 @@ class HyperPodCluster(Construct):
             instance_type=group.instance_type,
             instance_count=group.count,
             execution_role=self.execution_role.role_arn,
-            life_cycle_config=lifecycle,
+            life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
+                source_s3_uri=f"s3://{self.lifecycle_bucket.bucket_name}/{self.group_lifecycle_prefix(group.name)}",
+                on_create="on_create.sh",
+            ),
             threads_per_core=group.threads_per_core,
             instance_storage_configs=[
                 sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty(
@@ -277,6 +299,7 @@ class HyperPodCluster(Construct):
                     "ec2:DescribeDhcpOptions",
                     "ec2:DescribeSubnets",
                     "ec2:DescribeSecurityGroups",
+                    "ec2:AttachNetworkInterface",
                     "ec2:DetachNetworkInterface",
                     "ec2:ModifyNetworkInterfaceAttribute",
                     "ec2:DescribeInstances",
@@ -321,7 +344,7 @@ class HyperPodCluster(Construct):
         )
         return role
 
-    def _acknowledge_bucket_deployment(self, deployment: s3_deployment.BucketDeployment) -> None:
+    def _acknowledge_bucket_deployment(self) -> None:
         """BucketDeployment's singleton Lambda lives at the stack root; acknowledge exactly its findings."""
         stack = cdk.Stack.of(self)
         handler = next(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 
 import aws_cdk as cdk
@@ -18,6 +20,9 @@ HELM_REPO_URL = "https://github.com/aws/sagemaker-hyperpod-cli.git"
 HELM_REPO_PATH = "helm_chart/HyperPodHelmChart"
 HELM_RELEASE = "hyperpod-dependencies"
 HELM_NAMESPACE = "kube-system"
+# AWS's template names its Lambda `${ResourceNamePrefix}helmfunc` (at most 64 characters) and its layer
+# `${ResourceNamePrefix}-helm-layer`; our prefix is project-<stack id>-<inputs>- (at most 51 + 8).
+PROJECT_PREFIX_CHARS = 24
 
 # Every switch of the chart's values.yaml (aws/sagemaker-hyperpod-cli 011ca92, helm_chart/
 # HyperPodHelmChart), set explicitly so that a changed default upstream does not change what we get.
@@ -66,9 +71,21 @@ class HyperPodDependencies(Construct):
     ``aws-sagemaker-hyperpod-cluster-setup-<region>-prod`` bucket): its Lambda clones the chart from
     ``aws/sagemaker-hyperpod-cli`` and runs Helm with ``HelmOperators`` as ``--set`` switches, under a
     role it gives cluster-admin through an access entry. Nothing is fetched at synth time and nothing
-    needs git or Helm on your machine. The trade-off: AWS's stack installs the chart's current
-    version (it is not pinned by commit), and its Lambda runs outside the VPC, so the cluster's API
+    needs git or Helm on your machine. The trade-off: AWS's stack installs the chart at the revision
+    its template names (not ours to pin), and its Lambda runs outside the VPC, so the cluster's API
     endpoint must be public (``endpoint_access=public-and-private``).
+
+    AWS's Lambda acts once (aws/sagemaker-hyperpod-cluster-setup, ``helm-chart-injector``): its custom
+    resource has no properties, so a changed parameter only changes the function's environment and
+    never reruns Helm; its Update path would run ``helm upgrade --install`` without the switches; its
+    Delete runs ``helm uninstall`` of its release. So the stack is keyed by its inputs
+    (:attr:`inputs_digest`, in its logical ID, its release name ``hyperpod-dependencies-<digest>`` and
+    its resource names): the same inputs leave it alone; changed inputs (another compute mode) make a
+    new stack with a new release, which Helm refuses to install over objects the old release still
+    owns, so the deploy fails and rolls back with the old release intact (the rollback's ``helm
+    uninstall`` targets the new release name). To change them, deploy once with ``operators=none``
+    (AWS's Lambda uninstalls the old release), then with the new setting. Its names carry the parent
+    stack's ID, so two deployments in one account and region never share AWS's ``<prefix>helmfunc``.
     """
 
     def __init__(
@@ -85,16 +102,25 @@ class HyperPodDependencies(Construct):
         if unknown:
             raise ValueError(f"switches: unknown {', '.join(unknown)}; allowed: {', '.join(CHART_SWITCHES)}")
         self.switches = dict(switches)
+        chart = {
+            "TemplateUrl": HELM_CHART_TEMPLATE_URL,
+            "HelmRepoUrl": HELM_REPO_URL,
+            "HelmRepoPath": HELM_REPO_PATH,
+            "Namespace": HELM_NAMESPACE,
+            "HelmOperators": self.helm_operators,
+        }
+        self.inputs_digest = hashlib.sha256(json.dumps(chart, sort_keys=True).encode()).hexdigest()[:8]
+        self.release_name = f"{HELM_RELEASE}-{self.inputs_digest}"
         self.stack = cdk.CfnStack(
             self,
-            "HelmChartStack",
+            f"HelmChartStack{self.inputs_digest}",
             template_url=cdk.Fn.sub(HELM_CHART_TEMPLATE_URL),
             parameters={
-                "ResourceNamePrefix": resource_name_prefix,
+                "ResourceNamePrefix": self._unique_prefix(resource_name_prefix),
                 "HelmRepoUrl": HELM_REPO_URL,
                 "HelmRepoPath": HELM_REPO_PATH,
                 "Namespace": HELM_NAMESPACE,
-                "HelmRelease": HELM_RELEASE,
+                "HelmRelease": self.release_name,
                 "HelmOperators": self.helm_operators,
                 "CustomResourceS3Bucket": cdk.Fn.sub(HELM_CHART_CUSTOM_RESOURCE_BUCKET),
                 "EKSClusterName": cluster_name,
@@ -105,3 +131,12 @@ class HyperPodDependencies(Construct):
     def helm_operators(self) -> str:
         """The ``HelmOperators`` parameter: ``key=true|false`` pairs, comma-separated."""
         return ",".join(f"{key}={str(on).lower()}" for key, on in self.switches.items())
+
+    def _unique_prefix(self, project: str) -> str:
+        """``<project>-<first 8 hex of the parent stack's ID>-<inputs digest>-``: unique per deployment
+        (the stack ID's UUID) and per inputs (old and new stacks coexist during an update)."""
+        stack_uuid = cdk.Fn.select(2, cdk.Fn.split("/", cdk.Aws.STACK_ID))
+        return cdk.Fn.join(
+            "-",
+            [project[:PROJECT_PREFIX_CHARS], cdk.Fn.select(0, cdk.Fn.split("-", stack_uuid)), f"{self.inputs_digest}-"],
+        )

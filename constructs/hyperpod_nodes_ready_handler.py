@@ -20,8 +20,14 @@ from typing import Any
 
 import boto3
 
-# ClusterInstanceStatus in the SageMaker API (ListClusterNodes ClusterNodeSummaries[].InstanceStatus).
+# ClusterInstanceStatus in the SageMaker API (ListClusterNodes ClusterNodeSummaries[].InstanceStatus,
+# with Status and Message).
 RUNNING = "Running"
+FAILURE = "Failure"
+
+
+class NodeFailure(RuntimeError):
+    """A group falls short of its Running minimum and one of its nodes has failed."""
 
 
 def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]:
@@ -34,15 +40,19 @@ def on_event(event: Mapping[str, Any], context: object = None) -> dict[str, Any]
 
 def is_complete(event: Mapping[str, Any], context: object = None, *, sagemaker: Any = None) -> dict[str, bool]:
     """Complete when every group has its minimum of Running nodes; Delete is complete at once. While
-    incomplete, one line per poll says which groups fall short (in this function's log)."""
+    incomplete, one line per poll says which groups fall short (in this function's log). A group that
+    falls short with a node in ``Failure`` fails the resource at once with that node's status message
+    (:class:`NodeFailure`), instead of polling until CloudFormation's hour is up."""
     if event["RequestType"] == "Delete":
         return {"IsComplete": True}
     properties = event["ResourceProperties"]
     cluster_arn = properties["ClusterArn"]
     client = sagemaker or boto3.client("sagemaker")
     summaries = list(node_summaries(client, cluster_arn))
-    shortfalls = running_shortfalls(summaries, minimums(properties))
+    minimum_running = minimums(properties)
+    shortfalls = running_shortfalls(summaries, minimum_running)
     if shortfalls:
+        raise_on_failed_nodes(summaries, minimum_running)
         print(f"waiting for {cluster_arn}: {'; '.join(shortfalls)}")
         return {"IsComplete": False}
     print(f"ready: {cluster_arn}")
@@ -86,3 +96,26 @@ def running_shortfalls(summaries: Iterable[Mapping[str, Any]], minimum_running: 
         listed = ", ".join(f"{status} {n}" for status, n in sorted(counts.items())) or "no nodes listed yet"
         shortfalls.append(f"{group}: {counts[RUNNING]} of {minimum} Running ({listed})")
     return shortfalls
+
+
+def raise_on_failed_nodes(summaries: Iterable[Mapping[str, Any]], minimum_running: Mapping[str, int]) -> None:
+    """Raise :class:`NodeFailure` naming every failed node (with HyperPod's message) of each group that
+    has fewer Running nodes than its minimum."""
+    running: Counter[str] = Counter()
+    failed: dict[str, list[str]] = {}
+    for summary in summaries:
+        group, status = summary["InstanceGroupName"], summary["InstanceStatus"]
+        if group not in minimum_running:
+            continue
+        if status["Status"] == RUNNING:
+            running[group] += 1
+        elif status["Status"] == FAILURE:
+            message = status.get("Message") or "no message"
+            failed.setdefault(group, []).append(f"{summary['InstanceId']}: {message}")
+    lines = [
+        f"{group}: {running[group]} of {minimum_running[group]} Running; Failure on {'; '.join(nodes)}"
+        for group, nodes in sorted(failed.items())
+        if running[group] < minimum_running[group]
+    ]
+    if lines:
+        raise NodeFailure("HyperPod nodes failed: " + " | ".join(lines))

@@ -9,7 +9,7 @@ from constructs import Construct
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster
 from llm_infra.constructs.hyperpod_nodes_ready import HyperPodNodesReady
 from llm_infra.constructs.nag import use_aws_managed_policies
-from llm_infra.constructs.training_cluster import POD_IDENTITY_PRINCIPAL, TrainingCluster
+from llm_infra.constructs.training_cluster import POD_IDENTITY_PRINCIPAL, TrainingCluster, overwrite_conflicts
 from llm_infra.node_labels import NODE_ROLE_LABEL
 from llm_infra.service_limits import (
     HYPERPOD_TRAINING_OPERATOR_NAMESPACE,
@@ -115,6 +115,10 @@ class HyperPodTrainingOperator(Construct):
             addon_version=versions[CERT_MANAGER_ADDON],
             preserve_on_delete=False,
         )
+        # Both add-ons take over what exists: AWS's CLI steps (docs: sagemaker-eks-operator-install,
+        # `aws eks create-addon ... --resolve-conflicts OVERWRITE`) and AWS's HyperPod Terraform module do
+        # so; the operators' Helm stack has already created the aws-hyperpod namespace.
+        overwrite_conflicts(self.cert_manager)
         # Its pods need nodes to become ACTIVE.
         self.cert_manager.node.add_dependency(training_cluster.system_nodegroup)
 
@@ -127,6 +131,7 @@ class HyperPodTrainingOperator(Construct):
             configuration_values=controller_configuration(controller_role),
             preserve_on_delete=False,
         )
+        overwrite_conflicts(self.addon)
         self.nodes_ready = HyperPodNodesReady(
             self, "NodesReady", hyperpod=hyperpod, instance_groups={cpu_groups[0].name: 1}
         )

@@ -24,8 +24,9 @@ class LustreStorage(Construct):
     - a data repository association that maps ``file_system_path`` to ``s3://bucket/prefix`` with
       automatic import and export of new, changed and deleted objects;
     - its own security group: the L2 file system opens 988-1023 between its own servers, and
-      :meth:`allow_clients` opens exactly TCP 988 and 1018-1023 to clients (ingress here, and
-      egress on the client's group when that group restricts egress, as the EFA group does).
+      :meth:`allow_clients` opens exactly TCP 988 and 1018-1023 between it and its clients, both ways
+      (ingress here and on the clients' group, egress on the client's group when that group
+      restricts egress, as the EFA group does).
     """
 
     def __init__(
@@ -91,9 +92,14 @@ class LustreStorage(Construct):
         self.file_system_path = file_system_path
 
     def allow_clients(self, clients: ec2.IConnectable, description: str = "Lustre clients") -> None:
-        """Open the Lustre ports (TCP 988, 1018-1023) to ``clients`` (e.g. the GPU node group)."""
+        """Open the Lustre ports (TCP 988, 1018-1023) between the file system and ``clients`` (e.g. the
+        GPU nodes), both ways: clients connect to the servers, and the servers connect back to clients
+        (FSx for Lustre user guide, "Lustre client VPC security group rules": the clients' groups admit
+        the same ports from the file system's group; without it, server-initiated reconnects after a
+        failover are dropped although client-initiated traffic works, since groups are stateful)."""
         for port in LUSTRE_PORTS:
             self.security_group.connections.allow_from(clients, port, description)
+            self.security_group.connections.allow_to(clients, port, f"{description}: from the file system")
 
     @property
     def file_system_id(self) -> str:

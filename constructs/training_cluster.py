@@ -36,6 +36,11 @@ ENDPOINT_ACCESS = {
     "private": eks.EndpointAccess.PRIVATE,
 }
 POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+# Add-on configuration values (each add-on's schema: `aws eks describe-addon-configuration`).
+# vpc-cni: NetworkPolicy objects (the Ray GCS Redis has one) are enforced only with the VPC CNI's
+# network policy agent on (EKS user guide, "Restrict Pod network traffic with Kubernetes network
+# policies": configuration value enableNetworkPolicy "true", vpc-cni v1.14.0 or later).
+ADDON_CONFIGURATION: dict[str, dict[str, object]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 
 
 def eks_version(version: str) -> eks.KubernetesVersion:
@@ -82,6 +87,14 @@ def efa_device_plugin_values(gpu_instance_types: Sequence[str]) -> dict[str, obj
     }
 
 
+def overwrite_conflicts(addon: eks.Addon) -> None:
+    """``ResolveConflicts: OVERWRITE``: the add-on takes over fields that another manager set (EKS's
+    self-managed bootstrap copy, a Helm release); the L2 has no such prop."""
+    cfn_addon = addon.node.default_child
+    assert isinstance(cfn_addon, eks.CfnAddon)
+    cfn_addon.resolve_conflicts = "OVERWRITE"
+
+
 def kubectl_layer(scope: Construct, version: str) -> lambda_.ILayerVersion:
     """The kubectl/helm Lambda layer that matches the cluster's Kubernetes version."""
     minor = version.split(".")[1]
@@ -96,7 +109,8 @@ class TrainingCluster(Construct):
     - control plane in the private subnets, API_AND_CONFIG_MAP authentication with access entries,
       secrets encrypted with a rotated KMS key, all control-plane log types on;
     - a managed node group of system nodes (CoreDNS, operators);
-    - pinned EKS add-ons: vpc-cni (recent enough for ``efa-only`` interfaces), coredns, kube-proxy,
+    - pinned EKS add-ons: vpc-cni (recent enough for ``efa-only`` interfaces, NetworkPolicy enforced),
+      coredns, kube-proxy,
       eks-pod-identity-agent, aws-fsx-csi-driver and amazon-cloudwatch-observability, the ones that
       call AWS with their own Pod Identity role;
     - the add-on's application log group (``application_log_group``: container stdout, retained,
@@ -316,8 +330,11 @@ class TrainingCluster(Construct):
                 cluster=self.cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
                 addon_name=name,
                 addon_version=version,
+                configuration_values=ADDON_CONFIGURATION.get(name),
                 preserve_on_delete=False,
             )
+            if name in ADDON_CONFIGURATION:  # its values change fields of EKS's bootstrap copy (aws-node)
+                overwrite_conflicts(addons[name])
         # Fluent Bit would create it on first write, with no retention; here it is retained and expires.
         self.application_log_group = logs.LogGroup(
             self,

@@ -144,6 +144,9 @@ def hyperpod_pytorch_job(
     pod_spec = gpu_pod_spec(
         values,
         container_name="pytorch",
+        # workloads/Dockerfile's image has hyperpodrun (image_asset=true makes it values.image; a hand-built
+        # push is ray_image): no install at pod start. The stock DLC image falls back to installing it.
+        image=values.ray_image or values.image,
         command=hyperpodrun_command(values, script, args, nodes),
         extra_env={"PYTHONPATH": WORKLOADS_MOUNT},
         affinity={**schedulable_gpu_node_affinity(), **one_pod_per_node(labels)},

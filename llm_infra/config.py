@@ -22,6 +22,7 @@ from llm_infra.service_limits import (
     HYPERPOD_ELASTIC_AGENT_TORCH,
     HYPERPOD_NODE_PROVISIONING,
     HYPERPOD_NODE_RECOVERY,
+    HYPERPOD_REGIONS,
     fsx_persistent_2_capacity_ok,
 )
 from llm_infra.versions import HYPERPOD_TRAINING_OPERATOR_ADDONS
@@ -212,6 +213,11 @@ class TrainingConfig:
         """The region that gpu_az_id belongs to, when its region code is known."""
         match = _AZ_ID.match(self.gpu_az_id)
         return AZ_ID_REGION_CODES.get(match["code"]) if match else None
+
+    @property
+    def deploy_region(self) -> str | None:
+        """Where the stacks go: ``region``, else the region of ``gpu_az_id`` (None when neither says)."""
+        return self.region or self.gpu_az_region
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -419,6 +425,14 @@ def _check_operators(c: TrainingConfig) -> list[str]:
         )
     if c.operators == "none" and c.apply_jobs:
         errors.append("apply_jobs: the jobs are PyTorchJobs and operators=none installs no training operator")
+    region = c.deploy_region
+    if c.operators == "aws-helm-stack" and region and region not in HYPERPOD_REGIONS:
+        errors.append(
+            f"operators: aws-helm-stack loads AWS's Helm-chart stack from aws-sagemaker-hyperpod-cluster-setup-"
+            f"{region}-prod, which exists only in SageMaker HyperPod regions and not in {region}; set "
+            f"operators=none (and install the training operator yourself) or deploy to one of: "
+            f"{', '.join(HYPERPOD_REGIONS)}"
+        )
     return errors
 
 
@@ -435,6 +449,11 @@ def _check_observability(c: TrainingConfig) -> list[str]:
 
 def _check_hyperpod(c: TrainingConfig) -> list[str]:
     errors = _one_of("hyperpod_node_recovery", c.hyperpod_node_recovery, HYPERPOD_NODE_RECOVERY)
+    if c.deploy_region and c.deploy_region not in HYPERPOD_REGIONS:
+        errors.append(
+            f"compute: hyperpod is not offered in {c.deploy_region}; set compute=eks or deploy to one of: "
+            f"{', '.join(HYPERPOD_REGIONS)}"
+        )
     unknown = [check for check in c.hyperpod_health_checks if check not in HYPERPOD_DEEP_HEALTH_CHECKS]
     if unknown:
         errors.append(

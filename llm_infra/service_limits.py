@@ -21,6 +21,28 @@ HYPERPOD_NODE_RECOVERY = ("Automatic", "None")
 # (botocore sagemaker 2017-07-24 ClusterNodeProvisioningMode; cfn-lint schema AWS::SageMaker::Cluster).
 # BatchAddClusterNodes works only on Continuous clusters (its API documentation).
 HYPERPOD_NODE_PROVISIONING = ("continuous", "standard")
+# Regions with SageMaker HyperPod, and so with AWS's cluster-setup bucket
+# aws-sagemaker-hyperpod-cluster-setup-<region>-prod that the operators' Helm-chart stack loads its template,
+# Lambda and layer from (SageMaker developer guide, "Amazon SageMaker HyperPod", supported AWS Regions, as
+# listed when this was written). `llm-infra preflight` checks the bucket itself in the account's region.
+HYPERPOD_REGIONS = (
+    "us-east-1",
+    "us-east-2",
+    "us-west-1",
+    "us-west-2",
+    "ap-northeast-1",
+    "ap-south-1",
+    "ap-southeast-1",
+    "ap-southeast-2",
+    "ap-southeast-3",
+    "ap-southeast-4",
+    "eu-central-1",
+    "eu-north-1",
+    "eu-south-2",
+    "eu-west-1",
+    "eu-west-2",
+    "sa-east-1",
+)
 
 # SageMaker HyperPod training operator (EKS add-on amazon-sagemaker-hyperpod-training-operator). Its
 # controller runs in this namespace under this service account, the pair its Pod Identity association

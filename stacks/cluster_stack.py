@@ -131,22 +131,35 @@ class ClusterStack(cdk.Stack):
         return DependencyGroup(*installers) if installers else None
 
     def _allow_lustre_from_cluster_nodes(self, fsx_security_group: ec2.ISecurityGroup) -> None:
-        """Lustre from every node that carries the cluster security group: system nodes (the
-        data-prep Job, the Ray head and Redis mount FSx there), GPU nodes' primary interface, HyperPod.
+        """Lustre between the file system and every node that carries the cluster security group:
+        system nodes (the data-prep Job, the Ray head and Redis mount FSx there), GPU nodes' primary
+        interface, HyperPod. Both ways, as the FSx guide asks of every client group ("Lustre client VPC
+        security group rules"): clients reach the servers, and the servers reach back (reconnects).
 
-        The rule lives in this stack: the storage stack comes first and cannot name this group.
+        The rules live in this stack: the storage stack comes first and cannot name this group.
         """
         cluster_sg = self.training_cluster.cluster_security_group
         for index, port in enumerate(LUSTRE_PORTS):
+            ports = port.to_rule_json()
             ec2.CfnSecurityGroupIngress(
                 self,
                 f"LustreFromClusterNodes{index}",
                 group_id=fsx_security_group.security_group_id,
                 source_security_group_id=cluster_sg.security_group_id,
                 ip_protocol="tcp",
-                from_port=port.to_rule_json()["fromPort"],
-                to_port=port.to_rule_json()["toPort"],
+                from_port=ports["fromPort"],
+                to_port=ports["toPort"],
                 description="Lustre clients: EKS cluster security group (system, GPU and HyperPod nodes)",
+            )
+            ec2.CfnSecurityGroupIngress(
+                self,
+                f"LustreToClusterNodes{index}",
+                group_id=cluster_sg.security_group_id,
+                source_security_group_id=fsx_security_group.security_group_id,
+                ip_protocol="tcp",
+                from_port=ports["fromPort"],
+                to_port=ports["toPort"],
+                description="Lustre servers to their clients on the EKS cluster security group",
             )
 
     def _observability(self, config: TrainingConfig, workloads: WorkloadValues) -> TrainingObservability:
@@ -210,6 +223,7 @@ class ClusterStack(cdk.Stack):
                 storage_volumes_gib=(config.gpu_root_volume_gib,),
                 deep_health_checks=config.hyperpod_health_checks,
                 training_plan_arn=config.hyperpod_training_plan_arn,
+                lifecycle_environment={"HUGEPAGES_2MIB": str(config.hugepages_2mib)},  # for EFA's libfabric
             )
         ]
         if config.hyperpod_cpu_count:
@@ -221,6 +235,7 @@ class ClusterStack(cdk.Stack):
                     storage_volumes_gib=(),
                     deep_health_checks=(),
                     gpu=False,
+                    lifecycle_environment={"HUGEPAGES_2MIB": "0"},  # no EFA: its 32 GiB stay for pods
                 )
             )
         hyperpod = HyperPodCluster(
@@ -234,7 +249,6 @@ class ClusterStack(cdk.Stack):
             node_recovery=config.hyperpod_node_recovery,
             continuous_provisioning=config.hyperpod_node_provisioning == "continuous",
             tiered_checkpointing_memory_percent=config.hyperpod_tiered_checkpointing_percent,
-            lifecycle_environment={"HUGEPAGES_2MIB": str(config.hugepages_2mib)},
         )
         if self.operators is not None:
             # AWS: install the dependencies before the HyperPod cluster joins the EKS cluster.

@@ -59,6 +59,17 @@ CPU_INSTANCE_TYPES = {
 }
 # Pods per node (the VPC CNI's limit for the type, capped at 110 on large instances).
 MAX_PODS = {"m7i.xlarge": 58, "m5.xlarge": 58, "m5.2xlarge": 58, "c5.2xlarge": 58}
+# KubeRay's default submitter pod for a RayJob (ray-operator/controllers/ray/common/job.go,
+# GetDefaultSubmitterTemplate): `ray job submit` in the head's image, no placement, 500m and 200Mi
+# requested; it lands on a node without taints.
+RAY_JOB_SUBMITTER = {
+    "containers": [
+        {
+            "name": "ray-job-submitter",
+            "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
+        }
+    ]
+}
 TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
 BUILTIN_GROUPS = {"", "apps", "batch", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io"}
 
@@ -208,8 +219,9 @@ def _hardware(instance_type: str) -> tuple[int, int, int]:
     return vcpus, memory, 0
 
 
-def nodes(templates: Templates, *, hyperpod_hugepages_mib: int = 0) -> list[Node]:
-    """Every node of the cluster at its desired size, as the kubelet registers it."""
+def nodes(templates: Templates, *, hyperpod_hugepages_mib: int | Mapping[str, int] = 0) -> list[Node]:
+    """Every node of the cluster at its desired size, as the kubelet registers it. HyperPod nodes'
+    hugepages: per instance group (as its lifecycle.env reserves them), or one figure for GPU groups."""
     found: list[Node] = []
     (cluster_sg,) = [
         templates.identity(stack, {"Fn::GetAtt": [logical_id, "ClusterSecurityGroupId"]})
@@ -285,7 +297,9 @@ def nodes(templates: Templates, *, hyperpod_hugepages_mib: int = 0) -> list[Node
                             {"key": t["Key"], "value": t.get("Value", ""), "effect": t["Effect"]}
                             for t in config.get("Taints", [])
                         ],
-                        capacity=_allocatable(instance_type, vcpus, memory_gib, hyperpod_hugepages_mib if gpus else 0),
+                        capacity=_allocatable(
+                            instance_type, vcpus, memory_gib, _group_hugepages(hyperpod_hugepages_mib, group, gpus)
+                        ),
                         gpus=gpus,
                         efa_devices=efa,
                         security_groups=groups,
@@ -293,6 +307,28 @@ def nodes(templates: Templates, *, hyperpod_hugepages_mib: int = 0) -> list[Node
                     )
                 )
     return found
+
+
+def _group_hugepages(hugepages_mib: int | Mapping[str, int], group: Mapping[str, Any], gpus: int) -> int:
+    if isinstance(hugepages_mib, Mapping):
+        return hugepages_mib.get(group["InstanceGroupName"], 0)
+    return hugepages_mib if gpus else 0
+
+
+def hyperpod_lifecycle_settings(templates: Templates, outdir: Path) -> dict[str, dict[str, str]]:
+    """Each HyperPod instance group's lifecycle.env, as cdk deploy uploads it: the BucketDeployment
+    whose prefix the group's LifeCycleConfig names, and the staged asset with lifecycle.env among
+    its sources."""
+    settings: dict[str, dict[str, str]] = {}
+    deployments = [r["Properties"] for _, _, r in templates.resources("Custom::CDKBucketDeployment")]
+    for _, _, cluster in templates.resources("AWS::SageMaker::Cluster"):
+        for group in cluster["Properties"]["InstanceGroups"]:
+            prefix = flatten(group["LifeCycleConfig"]["SourceS3Uri"]).split("/", 3)[3]
+            (deployment,) = [d for d in deployments if d["DestinationBucketKeyPrefix"] == prefix]
+            assets = [outdir / f"asset.{key.removesuffix('.zip')}" for key in deployment["SourceObjectKeys"]]
+            (env,) = [a / "lifecycle.env" for a in assets if (a / "lifecycle.env").is_file()]
+            settings[group["InstanceGroupName"]] = dict(line.split("=", 1) for line in env.read_text().splitlines())
+    return settings
 
 
 # ---- pods ------------------------------------------------------------------------------------
@@ -328,6 +364,11 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
             for group in spec.get("workerGroupSpecs", [])
         ]
         return [head, *workers]
+    if kind == "RayJob":  # KubeRay makes a RayCluster from rayClusterSpec, and a submitter Job (K8sJobMode)
+        cluster = pod_templates(
+            {"kind": "RayCluster", "metadata": {"name": f"{name}-cluster"}, "spec": spec["rayClusterSpec"]}
+        )
+        return [*cluster, PodTemplate(f"{kind}/{name}/submitter", RAY_JOB_SUBMITTER)]
     return []
 
 

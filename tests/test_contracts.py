@@ -25,6 +25,7 @@ from cluster_model import (
     custom_kind,
     deploy_pods,
     helm_operator_switches,
+    hyperpod_lifecycle_settings,
     nodes,
     pod_templates,
     schedule,
@@ -36,6 +37,7 @@ from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
 from llm_infra.k8s_manifests.render import write_dist
+from llm_infra.node_labels import NODE_ROLE_LABEL
 
 # With a Ray image, so that dist holds the Ray manifests too (it changes no template).
 CONFIGS = {"eks": TrainingConfig(ray_image=RAY_TEST_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_TEST_IMAGE)}
@@ -49,9 +51,10 @@ class Deployment:
     def __init__(self, app, config: TrainingConfig, dist_dir: Path) -> None:
         self.templates = Templates(app.templates)
         self.config = config
-        env_files = [p / "lifecycle.env" for p in app.outdir.glob("asset.*") if (p / "lifecycle.env").is_file()]
-        settings = dict(line.split("=", 1) for f in env_files for line in f.read_text().splitlines())
-        self.hyperpod_hugepages_mib = 2 * int(settings.get("HUGEPAGES_2MIB", 0))
+        self.hyperpod_hugepages_mib = {
+            group: 2 * int(settings.get("HUGEPAGES_2MIB", 0))
+            for group, settings in hyperpod_lifecycle_settings(self.templates, app.outdir).items()
+        }
         dist_dir.mkdir(parents=True, exist_ok=True)
         outputs = dist_dir / "cdk-outputs.json"
         outputs.write_text(json.dumps(OUTPUTS))
@@ -119,6 +122,36 @@ def test_each_on_demand_job_fits_beside_what_deploy_applied(deployed: Deployment
     for pod in pods:  # a GPU job takes whole nodes: one pod per GPU node, every GPU
         if pod.spec["containers"][0]["resources"].get("requests", {}).get(GPU):
             assert len(set(placed[pod.name])) == pod.replicas
+
+
+# What stays free on the system nodes once everything that lands there runs: room for a rolling update's
+# surge pods and for add-ons that grow with the cluster (CoreDNS, the CloudWatch agent's buffers).
+SYSTEM_HEADROOM = 0.2
+
+
+def system_load(deployed: Deployment, cluster: list[Node]) -> dict[str, tuple[int, int]]:
+    """Per resource, (requested, allocatable) on the system nodes with everything placed that lands there:
+    what deploy applies, both Ray heads (the RayCluster's and the RayJob's cluster), Redis, the submitter."""
+    schedule(deployed.deploy_pods(), cluster)
+    schedule(deployed.on_demand("kuberay"), cluster)
+    system = [n for n in cluster if n.labels.get(NODE_ROLE_LABEL) == "system"]
+    return {r: (sum(n.used.get(r, 0) for n in system), sum(n.capacity[r] for n in system)) for r in ("cpu", "memory")}
+
+
+def test_system_nodes_hold_what_lands_there_with_headroom(deployed: Deployment) -> None:
+    for resource, (used, allocatable) in system_load(deployed, deployed.nodes()).items():
+        assert used <= (1 - SYSTEM_HEADROOM) * allocatable, (
+            f"system nodes: {resource} {used} of {allocatable} requested; raise system_nodes "
+            f"(now {deployed.config.system_nodes}) or system_instance_type"
+        )
+
+
+def test_one_system_node_would_not_hold_it(deployed: Deployment) -> None:
+    """The check above can fail: with one system node of the default type, the same pods do not fit."""
+    cluster = [n for n in deployed.nodes() if not n.name.endswith("SystemNodes7D54C381-1")]
+    assert len(cluster) == len(deployed.nodes()) - 1
+    with pytest.raises(Unschedulable, match="memory"):
+        system_load(deployed, cluster)
 
 
 # ---- the defects these models exist for (regressions, through the same models) ----------------

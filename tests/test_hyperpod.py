@@ -61,15 +61,19 @@ def test_vpc_config_uses_gpu_subnet_and_efa_security_group(hyperpod_app) -> None
 
 
 def test_lifecycle_uri_resolves_to_the_uploaded_asset(hyperpod_app) -> None:
-    group = sagemaker_cluster(hyperpod_app)["Properties"]["InstanceGroups"][0]
-    lifecycle = group["LifeCycleConfig"]
-    assert lifecycle["OnCreate"] == "on_create.sh"
+    deployments = hyperpod_app.resources(CLUSTER, "Custom::CDKBucketDeployment")
     bucket_ref = {"Ref": logical_id(hyperpod_app, "AWS::S3::Bucket")}
-    assert lifecycle["SourceS3Uri"] == {"Fn::Join": ["", ["s3://", bucket_ref, "/hyperpod/lifecycle/"]]}
-    (deployment_id, deployment) = next(iter(hyperpod_app.resources(CLUSTER, "Custom::CDKBucketDeployment").items()))
-    assert deployment["Properties"]["DestinationBucketName"] == bucket_ref
-    assert deployment["Properties"]["DestinationBucketKeyPrefix"] == "hyperpod/lifecycle/"
-    assert deployment_id in sagemaker_cluster(hyperpod_app)["DependsOn"]
+    for group in sagemaker_cluster(hyperpod_app)["Properties"]["InstanceGroups"]:
+        lifecycle = group["LifeCycleConfig"]
+        assert lifecycle["OnCreate"] == "on_create.sh"
+        prefix = f"hyperpod/lifecycle/{group['InstanceGroupName']}/"
+        assert lifecycle["SourceS3Uri"] == {"Fn::Join": ["", ["s3://", bucket_ref, f"/{prefix}"]]}
+        # Each group's scripts are uploaded under its prefix before the cluster is created.
+        (deployment_id,) = [
+            lid for lid, d in deployments.items() if d["Properties"]["DestinationBucketKeyPrefix"] == prefix
+        ]
+        assert deployments[deployment_id]["Properties"]["DestinationBucketName"] == bucket_ref
+        assert deployment_id in sagemaker_cluster(hyperpod_app)["DependsOn"]
 
 
 def test_every_lifecycle_file_is_uploaded(hyperpod_app) -> None:
@@ -79,13 +83,16 @@ def test_every_lifecycle_file_is_uploaded(hyperpod_app) -> None:
     expected = sorted(p.name for p in LIFECYCLE_SCRIPTS.iterdir() if p.is_file())
     assert sorted(p.name for p in staged[0].iterdir()) == expected
     assert len(expected) >= 2
-    (env,) = [p for p in hyperpod_app.outdir.glob("asset.*") if p.is_dir() and (p / "lifecycle.env").is_file()]
-    assert (env / "lifecycle.env").read_text() == "HUGEPAGES_2MIB=5120\n"
-    # The deployment copies exactly those two assets.
-    (deployment,) = hyperpod_app.resources(CLUSTER, "Custom::CDKBucketDeployment").values()
-    keys = json.dumps(deployment["Properties"]["SourceObjectKeys"])
-    for asset in (staged[0], env):
-        assert asset.name.removeprefix("asset.") in keys
+    # Each group's deployment copies the scripts and that group's own lifecycle.env.
+    envs = [p for p in hyperpod_app.outdir.glob("asset.*") if p.is_dir() and (p / "lifecycle.env").is_file()]
+    assert sorted((env / "lifecycle.env").read_text() for env in envs) == [
+        "HUGEPAGES_2MIB=0\n",
+        "HUGEPAGES_2MIB=5120\n",
+    ]
+    for deployment in hyperpod_app.resources(CLUSTER, "Custom::CDKBucketDeployment").values():
+        keys = json.dumps(deployment["Properties"]["SourceObjectKeys"])
+        assert staged[0].name.removeprefix("asset.") in keys
+        assert sum(env.name.removeprefix("asset.") in keys for env in envs) == 1
 
 
 def test_execution_role_trust_and_policies(hyperpod_app) -> None:

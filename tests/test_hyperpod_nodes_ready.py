@@ -129,6 +129,30 @@ def test_an_api_error_fails_at_once(sagemaker) -> None:
         handler.is_complete(request("Create"), None, sagemaker=client)
 
 
+def test_a_failed_node_fails_at_once_with_its_message(sagemaker) -> None:
+    """A group short of its minimum with a node in Failure: the resource fails now with HyperPod's
+    message, not after CloudFormation's hour of polling."""
+    client, stub = sagemaker
+    answer = page([("cpu", "Failure"), ("cpu", "Pending"), ("gpu", "Failure")])
+    answer["ClusterNodeSummaries"][0]["InstanceStatus"]["Message"] = "Lifecycle script did not run successfully."
+    stub.add_response("list_cluster_nodes", answer, {"ClusterName": CLUSTER_ARN})
+    with pytest.raises(handler.NodeFailure) as failure:
+        handler.is_complete(request("Create", {"cpu": "1"}), None, sagemaker=client)
+    # Only the waited-for group is named; the gpu group's failure is not this wait's business.
+    assert str(failure.value) == (
+        "HyperPod nodes failed: cpu: 0 of 1 Running; Failure on "
+        "i-00000000000000000: Lifecycle script did not run successfully."
+    )
+
+
+def test_a_failed_node_beside_enough_running_ones_does_not_fail(sagemaker) -> None:
+    client, stub = sagemaker
+    stub.add_response(
+        "list_cluster_nodes", page([("cpu", "Failure"), ("cpu", "Running")]), {"ClusterName": CLUSTER_ARN}
+    )
+    assert handler.is_complete(request("Create", {"cpu": "1"}), None, sagemaker=client) == {"IsComplete": True}
+
+
 def test_delete_does_nothing(sagemaker) -> None:
     client, _ = sagemaker  # no stubbed answer: any API call would fail the test
     assert handler.on_event(request("Delete", {}), None) == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -220,8 +221,13 @@ def test_fsx_ports_open_to_itself_and_to_gpu_nodes(default_app) -> None:
     assert all(i["IpProtocol"] == "tcp" for i in ingress)
     from_clients = [i for i in ingress if "Fn::ImportValue" in i["SourceSecurityGroupId"]]
     assert sorted((i["FromPort"], i["ToPort"]) for i in from_clients) == [(988, 988), (1018, 1023)]
-    between_servers = [i for i in ingress if "Fn::GetAtt" in i["SourceSecurityGroupId"]]
+    between_servers = [
+        i for i in ingress if "Fn::GetAtt" in i["SourceSecurityGroupId"] and "Fn::GetAtt" in i["GroupId"]
+    ]
     assert [(i["FromPort"], i["ToPort"]) for i in between_servers] == [(988, 1023)]
+    # And back: the clients' (EFA) group admits the servers (tests/test_deploy_seams.py has the details).
+    to_clients = [i for i in ingress if "Fn::ImportValue" in json.dumps(i["GroupId"])]
+    assert sorted((i["FromPort"], i["ToPort"]) for i in to_clients) == [(988, 988), (1018, 1023)]
     # The EFA group restricts egress, so the client side gets matching egress rules.
     egress = [v["Properties"] for v in default_app.resources(STORAGE, "AWS::EC2::SecurityGroupEgress").values()]
     assert sorted((e["FromPort"], e["ToPort"]) for e in egress) == [(988, 988), (1018, 1023)]

@@ -300,8 +300,21 @@ def _required(*expressions: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _vpc_cni() -> list[PodTemplate]:
-    # amazon-vpc-cni-k8s v1.20.4 charts/aws-vpc-cni: aws-node (+ node agent) 25m each, init 25m.
+# The vpc-cni add-on's configuration keys this model reads, with their allowed values. EKS user guide,
+# "Restrict Pod network traffic with Kubernetes network policies": {"enableNetworkPolicy": "true"} (a
+# string) turns on the network policy agent, which needs vpc-cni v1.14.0 or later.
+VPC_CNI_CONFIGURATION = {"enableNetworkPolicy": ("true", "false")}
+VPC_CNI_NETWORK_POLICY_SINCE = (1, 14, 0)
+
+
+def _vpc_cni(values: dict[str, Any], merge: str) -> list[PodTemplate]:
+    # amazon-vpc-cni-k8s v1.20.4 charts/aws-vpc-cni: aws-node (+ node agent) 25m each, init 25m. The node
+    # agent container is there either way (enableNetworkPolicy sets its --enable-network-policy flag), so
+    # the pods' requests and placement do not depend on it.
+    for key, value in values.items():
+        allowed = VPC_CNI_CONFIGURATION.get(key)
+        assert allowed is not None, f"vpc-cni: the model reads no configuration key {key!r}"
+        assert value in allowed, f"vpc-cni: {key}={value!r}; allowed: {allowed}"
     not_elsewhere = {**NOT_FARGATE, "values": ["fargate", "hybrid", "auto"]}
     spec = _pod(affinity=_required(*LINUX_NODES, not_elsewhere), tolerations=TOLERATE_ALL, requests={"cpu": "50m"})
     return [PodTemplate("aws-node", spec, daemon=True)]
@@ -421,7 +434,7 @@ def _unconfigurable(render: Callable[[], list[PodTemplate]]) -> AddonRender:
 # add-on name -> (the version prefix the model was read at, its pods for the add-on's configuration values
 # and the way they combine with its defaults)
 EKS_ADDONS: dict[str, tuple[str, AddonRender]] = {
-    "vpc-cni": ("v1.20", _unconfigurable(_vpc_cni)),
+    "vpc-cni": ("v1.20", _vpc_cni),
     "coredns": ("v1.12", _unconfigurable(_coredns)),
     "kube-proxy": ("v1.", _unconfigurable(_kube_proxy)),
     "eks-pod-identity-agent": ("v1.3", _unconfigurable(_pod_identity_agent)),
