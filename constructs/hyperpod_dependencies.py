@@ -23,6 +23,8 @@ HELM_NAMESPACE = "kube-system"
 # AWS's template names its Lambda `${ResourceNamePrefix}helmfunc` (at most 64 characters) and its layer
 # `${ResourceNamePrefix}-helm-layer`; our prefix is project-<stack id>-<inputs>- (at most 51 + 8).
 PROJECT_PREFIX_CHARS = 24
+# The nested stack's construct ID: this prefix, then the inputs digest (its logical ID adds CDK's hash).
+STACK_ID = "HelmChartStack"
 
 # Every switch of the chart's values.yaml (aws/sagemaker-hyperpod-cli 011ca92, helm_chart/
 # HyperPodHelmChart), set explicitly so that a changed default upstream does not change what we get.
@@ -53,6 +55,23 @@ HYPERPOD_RESILIENCE = (
     "job-auto-restart.enabled",
     "hyperpod-patching.enabled",
 )
+
+
+def helm_operators(switches: Mapping[str, bool]) -> str:
+    """The ``HelmOperators`` parameter: ``key=true|false`` pairs, comma-separated."""
+    return ",".join(f"{key}={str(on).lower()}" for key, on in switches.items())
+
+
+def inputs_digest(switches: Mapping[str, bool]) -> str:
+    """What keys AWS's Helm-chart stack (8 hex): its template, the chart's location and namespace, the switches."""
+    chart = {
+        "TemplateUrl": HELM_CHART_TEMPLATE_URL,
+        "HelmRepoUrl": HELM_REPO_URL,
+        "HelmRepoPath": HELM_REPO_PATH,
+        "Namespace": HELM_NAMESPACE,
+        "HelmOperators": helm_operators(switches),
+    }
+    return hashlib.sha256(json.dumps(chart, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def chart_switches(*, hyperpod: bool) -> dict[str, bool]:
@@ -102,18 +121,11 @@ class HyperPodDependencies(Construct):
         if unknown:
             raise ValueError(f"switches: unknown {', '.join(unknown)}; allowed: {', '.join(CHART_SWITCHES)}")
         self.switches = dict(switches)
-        chart = {
-            "TemplateUrl": HELM_CHART_TEMPLATE_URL,
-            "HelmRepoUrl": HELM_REPO_URL,
-            "HelmRepoPath": HELM_REPO_PATH,
-            "Namespace": HELM_NAMESPACE,
-            "HelmOperators": self.helm_operators,
-        }
-        self.inputs_digest = hashlib.sha256(json.dumps(chart, sort_keys=True).encode()).hexdigest()[:8]
+        self.inputs_digest = inputs_digest(self.switches)
         self.release_name = f"{HELM_RELEASE}-{self.inputs_digest}"
         self.stack = cdk.CfnStack(
             self,
-            f"HelmChartStack{self.inputs_digest}",
+            f"{STACK_ID}{self.inputs_digest}",
             template_url=cdk.Fn.sub(HELM_CHART_TEMPLATE_URL),
             parameters={
                 "ResourceNamePrefix": self._unique_prefix(resource_name_prefix),
@@ -130,7 +142,7 @@ class HyperPodDependencies(Construct):
     @property
     def helm_operators(self) -> str:
         """The ``HelmOperators`` parameter: ``key=true|false`` pairs, comma-separated."""
-        return ",".join(f"{key}={str(on).lower()}" for key, on in self.switches.items())
+        return helm_operators(self.switches)
 
     def _unique_prefix(self, project: str) -> str:
         """``<project>-<first 8 hex of the parent stack's ID>-<inputs digest>-``: unique per deployment

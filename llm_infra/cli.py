@@ -9,6 +9,7 @@ llm-infra cluster status --cluster NAME
 llm-infra validate --cluster NAME [--json] [--replace-failed]
 llm-infra drill --cluster NAME --out drill.json [--fault replace|reboot|terminate]
 llm-infra dashboard --template cdk.out/llm-infra-cluster.template.json --out docs/dashboard.png
+llm-infra preflight [--app-dir .] [-c KEY=VALUE ...] [--region R] [--output table|json]
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from llm_infra.commands import dashboard, drill, hyperpod, validate
+from llm_infra.commands import dashboard, drill, hyperpod, preflight, validate
 from llm_infra.commands import plan as plan_commands
 from llm_infra.planner import PlanError
 from llm_infra.terminal import EXIT_BAD_INPUT, UsageError
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="llm-infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (plan_commands, hyperpod, validate, drill, dashboard):
+    for module in (plan_commands, hyperpod, validate, drill, dashboard, preflight):
         module.register(commands)
     return parser
 

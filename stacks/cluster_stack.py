@@ -20,6 +20,9 @@ from llm_infra.constructs.training_observability import TrainingObservability
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.stacks.workloads import ClusterWorkloads, training_image_tag_prefix
 
+# The construct ID of AWS's Helm-chart stack in this stack (`llm-infra preflight` finds the deployed one by it).
+OPERATORS_ID = "Operators"
+
 
 class ClusterStack(cdk.Stack):
     """The EKS cluster with its GPU capacity (managed node group or HyperPod), the operators and charts
@@ -65,7 +68,7 @@ class ClusterStack(cdk.Stack):
         if config.operators == "aws-helm-stack":
             self.operators = HyperPodDependencies(
                 self,
-                "Operators",
+                OPERATORS_ID,
                 cluster_name=self.training_cluster.cluster_name,
                 switches=chart_switches(hyperpod=config.compute == "hyperpod"),
                 resource_name_prefix=config.project_name,
