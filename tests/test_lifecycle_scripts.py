@@ -42,15 +42,16 @@ AMI_FILES = {
     "opt/sagemaker/.mounted": "",
     "opt/dlami/nvme/.mounted": "",
 }
-# The AMI's state our scripts must leave exactly as it is.
+# The AMI's state our scripts must leave as it is where they do not move it.
 AMI_STATE = ("etc/containerd", "var/lib/containerd", "var/lib/kubelet")
+PAUSE_IMAGE = "io.containerd.content.v1.content/blobs/sha256/pause"
 
 
 class Sandbox:
     """A fake root laid out like the HyperPod EKS AMI, a copy of the scripts in the folder HyperPod
     downloads them to, and stub system commands that log their calls."""
 
-    def __init__(self, tmp_path: Path, *, failing: str | None = None):
+    def __init__(self, tmp_path: Path, *, failing: str | None = None, volume: bool = True):
         self.root = tmp_path / "root"
         self.scripts = tmp_path / "lifecycle"
         self.bin = tmp_path / "bin"
@@ -60,7 +61,8 @@ class Sandbox:
         for name, content in AMI_FILES.items():
             (self.root / name).parent.mkdir(parents=True, exist_ok=True)
             (self.root / name).write_text(content)
-        stubs = {"sysctl": "exit 0", "systemctl": "exit 0", "mountpoint": "exit 0"}
+        # `mountpoint -q /opt/sagemaker`: HyperPod mounts the group's EBS volume there, if it has one.
+        stubs = {"sysctl": "exit 0", "systemctl": "exit 0", "mountpoint": "exit 0" if volume else "exit 1"}
         if failing:
             stubs[failing] = "echo 'stub failure' >&2; exit 3"
         for name, body in stubs.items():
@@ -94,26 +96,59 @@ class Sandbox:
         }
 
 
-def test_configures_hugepages_and_leaves_containerd_and_kubelet_alone(tmp_path: Path) -> None:
+def test_configures_hugepages_and_moves_container_storage_onto_the_volume(tmp_path: Path) -> None:
     box = Sandbox(tmp_path)
     before = box.ami_state()
     result = box.run(env_file="HUGEPAGES_2MIB=2048\n")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (box.root / "etc/sysctl.d/90-llm-infra-hugepages.conf").read_text() == "vm.nr_hugepages = 2048\n"
-    # The pause image, containerd's config and kubelet's state are where the AMI put them.
-    assert box.ami_state() == before
-    assert box.call_log() == ["sysctl -w vm.nr_hugepages=2048"]  # no containerd or kubelet restart
+    # containerd: the AMI's config, only its root changed; the state copied, the pause image with it.
+    config = (box.root / "etc/containerd/config.toml").read_text()
+    assert config == before["etc/containerd/config.toml"].replace(
+        'root = "/var/lib/containerd"', 'root = "/opt/sagemaker/containerd/data-root"'
+    )
+    new_state = box.root / "opt/sagemaker/containerd/data-root"
+    assert (new_state / PAUSE_IMAGE).read_text() == before[f"var/lib/containerd/{PAUSE_IMAGE}"]
+    # kubelet: its directory is a link to the volume, its files there.
+    kubelet = box.root / "var/lib/kubelet"
+    assert kubelet.is_symlink() and os.readlink(kubelet) == "/opt/sagemaker/kubelet"
+    assert (box.root / "opt/sagemaker/kubelet/config.json").read_text() == before["var/lib/kubelet/config.json"]
+    assert box.call_log() == ["sysctl -w vm.nr_hugepages=2048", "mountpoint -q " + str(box.root / "opt/sagemaker")]
     assert "[on_create]" in (box.root / "var/log/provision/provisioning.log").read_text()
+
+
+def test_without_the_volume_containerd_and_kubelet_stay_where_the_ami_put_them(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path, volume=False)
+    before = box.ami_state()
+    result = box.run(env_file="HUGEPAGES_2MIB=0\n")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert box.ami_state() == before
+    assert not (box.root / "var/lib/kubelet").is_symlink()
+    assert "not mounted" in result.stdout
+
+
+def test_an_unknown_containerd_layout_fails_the_node(tmp_path: Path) -> None:
+    box = Sandbox(tmp_path)
+    (box.root / "etc/containerd/config.toml").write_text("version = 3\n")
+    result = box.run()
+    assert result.returncode != 0
+    assert "FAILED: configure_container_storage.sh" in result.stderr + result.stdout
 
 
 def test_second_run_changes_nothing(tmp_path: Path) -> None:
     box = Sandbox(tmp_path)
     assert box.run(env_file="HUGEPAGES_2MIB=4096\n").returncode == 0
     conf = box.root / "etc/sysctl.d/90-llm-infra-hugepages.conf"
-    first = (conf.read_text(), box.ami_state())
+    moved = {
+        str(p.relative_to(box.root)): p.read_text() for p in (box.root / "opt/sagemaker").rglob("*") if p.is_file()
+    }
+    first = (conf.read_text(), box.ami_state(), moved)
     second = box.run()
     assert second.returncode == 0, second.stderr
-    assert (conf.read_text(), box.ami_state()) == first
+    again = {
+        str(p.relative_to(box.root)): p.read_text() for p in (box.root / "opt/sagemaker").rglob("*") if p.is_file()
+    }
+    assert (conf.read_text(), box.ami_state(), again) == first
 
 
 def test_default_hugepages_without_settings(tmp_path: Path) -> None:

@@ -20,11 +20,9 @@ if [[ -f "$HERE/lifecycle.env" ]]; then
   source "$HERE/lifecycle.env"
   set +a
 fi
-# Containerd and kubelet keep the AMI's layout: /var/lib/containerd holds the preloaded pause image
-# that every pod sandbox needs, and AWS's reference scripts (awsome-distributed-training,
-# 7.sagemaker-hyperpod-eks/LifecycleScripts/base-config) move it only together with a complete new
-# containerd config. The steps below touch neither.
-STEPS=(configure_hugepages.sh)
+# Hugepages for EFA's libfabric (HUGEPAGES_2MIB; 0 on groups without EFA), then containerd's data root
+# and kubelet's directory onto the group's EBS volume when it has one (see each script for its sources).
+STEPS=(configure_hugepages.sh configure_container_storage.sh)
 for step in "${STEPS[@]}"; do
   echo "[on_create] running $step"
   if ! bash "$HERE/$step"; then
