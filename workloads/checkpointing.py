@@ -132,6 +132,9 @@ class CheckpointManager:
     ``tiered`` with ``tiered_checkpointing`` set asks for the tiered storage (see the module
     docstring); every rank must reach the tiers, else the run uses the directory and logs why.
 
+    ``on_commit(record)`` is called on every rank once a checkpoint is committed, with the same record
+    everywhere (``step``, ``path`` of the committed folder, ``storage``): ray_train.py reports it to Ray.
+
     ``last_save_seconds`` is the training stall of the last save (staging, and any wait for the
     previous save); ``last_durable_seconds`` the time until it was committed. Each commit is logged
     as a ``checkpoint`` event with both: ``seconds`` (from the save's start until committed) and
@@ -151,6 +154,7 @@ class CheckpointManager:
         log: Callable[[dict[str, Any]], None] | None = None,
         device: Any = "cpu",
         tiered: TieredCheckpointOptions | None = None,
+        on_commit: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep: {keep} must be >= 1")
@@ -160,6 +164,7 @@ class CheckpointManager:
         self.keep = keep
         self.rank = dist.get_rank()
         self.log = log or (lambda record: None)
+        self.on_commit = on_commit or (lambda record: None)
         self.device = device  # where the training group's collectives take their tensors
         self.async_group = dist.new_group(backend="gloo") if async_save else None
         self.pending: PendingSave | None = None
@@ -312,6 +317,7 @@ class CheckpointManager:
                 }
             )
         dist.barrier()
+        self.on_commit({"step": step, "path": str(self.directory / step_dir_name(step)), **record})
 
     def _prune(self) -> None:
         """Keep the newest ``keep`` and, when none of them is durable, the newest durable one."""

@@ -39,7 +39,8 @@ from accelerator import reduce_numbers
 from allreduce_bench import measure, network_transport, transport_problems
 from ray.train.torch import TorchConfig, TorchTrainer
 from ray.util.queue import Empty, Queue
-from train import Runtime, StopSignal, TrainConfig, config_from_args, config_parser, emit, train
+from stopping import StopSignal
+from train import Runtime, TrainConfig, config_from_args, config_parser, emit, train
 
 HERE = Path(__file__).resolve().parent
 # NCCL writes its INFO log here when the transport is checked (%h host, %p pid), read back per process.

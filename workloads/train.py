@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from checkpointing import CheckpointManager, SaveSchedule
 from data import Prefetcher, SyntheticTokens, TokenFile
 from faults import FaultInjector
 from model import PRESETS, Transformer, flops_per_token
+from stopping import STOPPED_EXIT_CODE, StopSignal, final_save_fits
 from throughput import ThroughputMonitor
 from tiered_storage import TieredCheckpointOptions
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -53,7 +53,6 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 # elementwise ops); full (recompute each block).
 ACTIVATION_CHECKPOINTING = ("none", "selective", "full")
 ADAM_BETAS = (0.9, 0.95)  # Llama's
-STOPPED_EXIT_CODE = 128 + signal.SIGTERM  # stopped before the last step: not a success
 # Dense bf16 peak TFLOP/s per GPU, for MFU.
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0}
 
@@ -190,6 +189,9 @@ class Runtime:
     # LOCAL_RANK under a launcher that keeps one log per node (torchrun, hyperpodrun); None where every
     # line reaches one place (ray_train.py's driver), and rank 0 alone writes them all.
     local_rank: int | None = None
+    # Called on every rank after each checkpoint commit (CheckpointManager's on_commit record); ray_train.py
+    # reports the checkpoint to Ray there.
+    on_checkpoint: Callable[[dict[str, Any]], None] | None = None
 
     @property
     def is_main(self) -> bool:
@@ -344,40 +346,6 @@ class Progress:
     initial_loss: float = float("nan")
 
 
-class StopSignal:
-    """A request to stop before the last step, ``budget_seconds`` before a SIGKILL.
-
-    Under torchrun or hyperpodrun the request is SIGTERM (pod eviction, HyperPod node replacement,
-    forwarded by the launcher: :meth:`on_sigterm`), and the launcher SIGKILLs the worker
-    ``budget_seconds`` later (see :func:`accelerator.shutdown_budget_seconds`); a final checkpoint is
-    written only if it fits.
-    Ray Train ends its workers itself and no signal reaches the training thread: nothing requests.
-    """
-
-    def __init__(self, budget_seconds: float) -> None:
-        self.budget_seconds = budget_seconds
-        self.requested_at: float | None = None
-
-    def on_sigterm(self) -> StopSignal:
-        """Take SIGTERM as the request (only the main thread may install the handler)."""
-        signal.signal(signal.SIGTERM, self._handle)
-        return self
-
-    @property
-    def requested(self) -> bool:
-        return self.requested_at is not None
-
-    def remaining_seconds(self) -> float:
-        """Time left before SIGKILL; unbounded on a rank that got no signal."""
-        if self.requested_at is None:
-            return math.inf
-        return self.budget_seconds - (time.monotonic() - self.requested_at)
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested_at is None:
-            self.requested_at = time.monotonic()
-
-
 @dataclass
 class StepAgreement:
     """What each rank brings to the one small all-reduce after every step."""
@@ -402,17 +370,6 @@ class Agreed:
     stop: bool
     save: bool
     ranks_done_writing: int
-
-
-def final_save_fits(checkpoints: CheckpointManager, stop: StopSignal, runtime: Runtime) -> bool:
-    """At a stop, save only if the slowest rank's last measured save fits the shortest time left
-    before SIGKILL (with a 20 % margin); with no measurement yet, try (a killed save is never
-    committed, so trying costs nothing but time)."""
-    estimate = checkpoints.last_durable_seconds  # a save until committed, as last measured here
-    slowest, negative_least_left = reduce_numbers(
-        [0.0 if estimate is None else estimate, -stop.remaining_seconds()], runtime.device, dist.ReduceOp.MAX
-    )
-    return slowest <= 0.8 * -negative_least_left
 
 
 def emit(runtime: Runtime, record: dict[str, Any], *, every_node: bool = False) -> None:
@@ -498,6 +455,7 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
             log=lambda r: emit(runtime, r),
             device=runtime.device,
             tiered=config,
+            on_commit=runtime.on_checkpoint,
         )
         resumed_from = checkpoints.restore()
 

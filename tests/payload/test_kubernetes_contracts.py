@@ -28,6 +28,7 @@ pytestmark = pytest.mark.torch
 sys.path.insert(0, str(WORKLOADS))
 
 import accelerator  # noqa: E402
+import stopping  # noqa: E402
 
 
 # ---- NCCL: collectives take tensors on the training device --------------------------------------
@@ -96,11 +97,11 @@ def test_a_final_save_happens_only_when_it_fits_the_budget(monkeypatch) -> None:
         def __init__(self, seconds: float | None) -> None:
             self.last_durable_seconds = seconds
 
-    stop = train_module.StopSignal(budget_seconds=30.0)
+    stop = stopping.StopSignal(budget_seconds=30.0)
     stop.requested_at = time.monotonic()
-    assert train_module.final_save_fits(Checkpoints(10.0), stop, runtime)  # type: ignore[arg-type]
-    assert not train_module.final_save_fits(Checkpoints(29.0), stop, runtime)  # type: ignore[arg-type]
-    assert train_module.final_save_fits(Checkpoints(None), stop, runtime)  # type: ignore[arg-type]
+    assert stopping.final_save_fits(Checkpoints(10.0), stop, runtime)  # type: ignore[arg-type]
+    assert not stopping.final_save_fits(Checkpoints(29.0), stop, runtime)  # type: ignore[arg-type]
+    assert stopping.final_save_fits(Checkpoints(None), stop, runtime)  # type: ignore[arg-type]
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
