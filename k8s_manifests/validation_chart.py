@@ -22,6 +22,9 @@ TRAINING_JOB = "validation-3-training"
 ALLREDUCE_SIZES = "8M,64M,512M,2G"
 
 
+HEALTH_STATE_DIR = "/var/lib/llm-infra/health"  # a hostPath on each GPU node (health_check.py --state-dir)
+
+
 class ValidationChart(cdk8s.Chart):
     """(1) ``health_check.py`` on every GPU node (an indexed Job, one pod per node): GPU count,
     Xid/ECC errors, EFA devices = the instance profile; (2) ``allreduce_bench.py`` across all GPU
@@ -91,6 +94,7 @@ class ValidationChart(cdk8s.Chart):
             f"--gpu-name={values.profile.gpu_model.split('-')[0]}",
             f"--dcgm-diag-level={dcgm_diag_level}",
             "--kmsg=/dev/kmsg",
+            f"--state-dir={HEALTH_STATE_DIR}",
         ]
         pod_spec = gpu_pod_spec(
             values,
@@ -105,6 +109,11 @@ class ValidationChart(cdk8s.Chart):
         # The verdict names the node (health_check.py reads NODE_NAME), not the pod's hostname.
         container["env"].append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
         container["volumeMounts"].append({"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True})
+        # Where the node's last health pass is remembered (the kernel-log position and boot id): Xids
+        # before it were judged already and no longer fail the node. On the node, so it outlives the pod.
+        health_state = {"path": HEALTH_STATE_DIR, "type": "DirectoryOrCreate"}
+        pod_spec["volumes"].append({"name": "health-state", "hostPath": health_state})
+        container["volumeMounts"].append({"name": "health-state", "mountPath": HEALTH_STATE_DIR})
         container["securityContext"] = {"privileged": True}
         api_object(
             self,

@@ -270,6 +270,11 @@ def test_validation_suite(eks) -> None:
     health_pod = pod_spec(health)
     assert health_pod["containers"][0]["securityContext"] == {"privileged": True}
     assert {"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}} in health_pod["volumes"]
+    # The node's last health pass outlives the pod: Xids before it are not judged again.
+    state = "/var/lib/llm-infra/health"
+    assert f"--state-dir={state}" in command
+    assert {"name": "health-state", "hostPath": {"path": state, "type": "DirectoryOrCreate"}} in health_pod["volumes"]
+    assert {"name": "health-state", "mountPath": state} in health_pod["containers"][0]["volumeMounts"]
     allreduce = pod_spec(by_kind(eks, "PyTorchJob", "validation-2-allreduce"))["containers"][0]["command"]
     assert "/workloads/allreduce_bench.py" in allreduce and "--min-busbw-gbps=375" in allreduce
     assert "--sizes=8M,64M,512M,2G" in allreduce

@@ -19,14 +19,15 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO
 
-from health_check import FATAL_XIDS, parse_xids
+from health_check import parse_xid_events
 
 
 def xid_records(lines: Iterable[str], node: str) -> Iterator[dict[str, Any]]:
-    """One record per Xid in ``lines`` (``/dev/kmsg`` records or plain ``dmesg`` text)."""
+    """One record per Xid in ``lines`` (``/dev/kmsg`` records or plain ``dmesg`` text); ``fatal`` as the
+    health check judges it (:func:`health_check.xid_is_fatal`: Xid 154 back to "None" is not)."""
     for line in lines:
-        for pci, code in parse_xids(line):
-            yield {"event": "gpu_xid", "xid": code, "fatal": code in FATAL_XIDS, "pci": pci, "node": node}
+        for pci, code, fatal in parse_xid_events(line):
+            yield {"event": "gpu_xid", "xid": code, "fatal": fatal, "pci": pci, "node": node}
 
 
 def kmsg_lines(path: str, *, from_start: bool) -> Iterator[str]:

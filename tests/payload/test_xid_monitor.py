@@ -8,6 +8,8 @@ from pathlib import Path
 
 from .conftest import WORKLOADS, json_lines
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
 KMSG = (
     "6,1201,5811000,-;nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver\n"
     "4,1202,5812000,-;NVRM: Xid (PCI:0000:53:00): 13, pid=4242, Graphics Exception: ESR 0x405848\n"
@@ -41,3 +43,20 @@ def test_a_restarted_monitor_does_not_count_old_errors(tmp_path: Path) -> None:
     result = run_monitor(kmsg)
     assert result.returncode == 0, result.stderr
     assert [r["event"] for r in json_lines(result.stdout)] == ["xid_monitor_started"]
+
+
+def test_the_monitor_flags_xids_as_the_health_check_does(tmp_path: Path) -> None:
+    """Recovery action required (154), micro-controller breakpoint/halt (61, 62) and a MIG instance's
+    Xid are fatal; a recovery action going back to "None" (also Xid 154) is not."""
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text((FIXTURES / "kmsg_recovery_action.txt").read_text())
+    result = run_monitor(kmsg, "--from-start")
+    assert result.returncode == 0, result.stderr
+    records = [(r["xid"], r["fatal"], r["pci"]) for r in json_lines(result.stdout) if r["event"] == "gpu_xid"]
+    assert records == [
+        (154, True, "0000:53:00"),
+        (61, True, "0000:64:00"),
+        (62, True, "0000:75:00"),
+        (94, True, "0000:86:00"),
+        (154, False, "0000:97:00"),
+    ]
