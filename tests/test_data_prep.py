@@ -62,7 +62,7 @@ def test_token_file_reads_back_as_the_documents(tmp_path: Path, tokenizer_file: 
 
     tokenizer = Tokenizer.from_file(str(tokenizer_file))
     bos, eos = tokenizer.token_to_id("<s>"), tokenizer.token_to_id("</s>")
-    data = TokenFile(output, dtype="uint16", seq_len=8, batch_size=1, seed=0, rank=0, world_size=1)
+    data = TokenFile(output, dtype="uint16", seq_len=8, seed=0)
     ids = data.tokens.tolist()
     texts, current = [], []
     for token in ids:
@@ -73,7 +73,7 @@ def test_token_file_reads_back_as_the_documents(tmp_path: Path, tokenizer_file: 
             current.append(token)
     assert texts == DOCUMENTS  # each document: BOS, its tokens, EOS; in file order
     assert ids.count(bos) == 3
-    batch = data.batch(0)
+    batch = data.samples(0, 1)
     assert batch.inputs.shape == (1, 8) and int(batch.inputs.max()) < tokenizer.get_vocab_size()
 
 

@@ -1,7 +1,9 @@
 """Training data: seeded synthetic token streams, or a memory-mapped token file on FSx.
 
-Both are pure functions of (step, rank): the data position of a run is its step, which the
-checkpoint records, so a resumed run reads exactly the batches an uninterrupted run would.
+Both are indexed by **global sample number**: sample ``g`` is the same sequence whatever the world
+size, batch size or step it is read at. The data position of a run is the number of samples it has
+consumed, which the checkpoint records, so a run resumed at any world size reads exactly the samples
+an uninterrupted run would, and never one it already read.
 """
 
 from __future__ import annotations
@@ -34,20 +36,23 @@ class SyntheticTokens:
 
     The alphabet (the first ``min(vocab, 256)`` ids) and the small set of rules make the data
     learnable, so the loss falls within a few dozen steps (uniformly random tokens would keep it at
-    log(vocab)). Seeded by (seed, step, rank).
+    log(vocab)). Sample ``g`` is seeded by (seed, g).
     """
 
     ALPHABET = 256
 
-    def __init__(self, *, vocab_size: int, seq_len: int, batch_size: int, seed: int, rank: int, world_size: int):
-        self.vocab_size, self.seq_len, self.batch_size = vocab_size, seq_len, batch_size
-        self.seed, self.rank, self.world_size = seed, rank, world_size
+    def __init__(self, *, vocab_size: int, seq_len: int, seed: int) -> None:
+        self.vocab_size, self.seq_len, self.seed = vocab_size, seq_len, seed
 
-    def batch(self, step: int) -> Batch:
-        generator = torch.Generator().manual_seed(_seed(self.seed, step, self.rank))
+    def samples(self, first: int, count: int) -> Batch:
+        """Global samples ``first .. first + count - 1``."""
         alphabet = min(self.vocab_size, self.ALPHABET)
-        start = torch.randint(0, alphabet, (self.batch_size, 1), generator=generator)
-        rule = torch.randint(0, 4, (self.batch_size, 1), generator=generator)
+        starts, rules = [], []
+        for sample in range(first, first + count):
+            generator = torch.Generator().manual_seed(_seed(self.seed, sample))
+            starts.append(torch.randint(0, alphabet, (1,), generator=generator))
+            rules.append(torch.randint(0, 4, (1,), generator=generator))
+        start, rule = torch.stack(starts), torch.stack(rules)
         a, b = 2 * rule + 1, 7 * rule + 3
         tokens = [start]
         for _ in range(self.seq_len):
@@ -91,31 +96,22 @@ class EpochPermutation:
 
 
 class TokenFile:
-    """A flat binary file of token ids (uint16 or uint32), memory-mapped; each rank reads its shard.
+    """A flat binary file of token ids (uint16 or uint32), memory-mapped.
 
-    Global sample ``g = (step * world_size + rank) * batch_size + i`` reads window
-    ``permutation_e[g mod windows]`` of epoch ``e = g // windows``: every window once per epoch, in
-    a new order each epoch, ranks never the same window in a step, and a resume reads the same data.
+    Global sample ``g`` reads window ``permutation_e[g mod windows]`` of epoch ``e = g // windows``:
+    every window once per epoch, in a new order each epoch, whatever the world size.
     """
 
-    def __init__(
-        self, path: Path, *, dtype: str, seq_len: int, batch_size: int, seed: int, rank: int, world_size: int
-    ) -> None:
+    def __init__(self, path: Path, *, dtype: str, seq_len: int, seed: int, min_samples: int = 1) -> None:
         if dtype not in TOKEN_DTYPES:
             raise ValueError(f"data dtype: {dtype!r} is not allowed; allowed: {', '.join(TOKEN_DTYPES)}")
         size = path.stat().st_size // TOKEN_DTYPES[dtype]
         torch_dtype = {"uint16": torch.uint16, "uint32": torch.uint32}[dtype]
         self.tokens = torch.from_file(str(path), shared=False, size=size, dtype=torch_dtype)
         self.windows = (size - 1) // seq_len
-        if self.windows < batch_size * world_size:
-            raise ValueError(f"data: {path} holds {size} tokens, too few for {batch_size * world_size} x {seq_len}")
-        self.seq_len, self.batch_size, self.seed, self.rank, self.world_size = (
-            seq_len,
-            batch_size,
-            seed,
-            rank,
-            world_size,
-        )
+        if self.windows < min_samples:
+            raise ValueError(f"data: {path} holds {size} tokens, too few for {min_samples} x {seq_len}")
+        self.seq_len, self.seed = seq_len, seed
         self._permutations: dict[int, EpochPermutation] = {}
 
     def window(self, sample: int) -> int:
@@ -125,37 +121,41 @@ class TokenFile:
             self._permutations = {epoch: EpochPermutation(self.windows, self.seed, epoch)}
         return self._permutations[epoch][index]
 
-    def batch(self, step: int) -> Batch:
-        first = (step * self.world_size + self.rank) * self.batch_size
+    def samples(self, first: int, count: int) -> Batch:
+        """Global samples ``first .. first + count - 1``."""
         rows = [
             self.tokens[w * self.seq_len : w * self.seq_len + self.seq_len + 1].to(torch.int64)
-            for w in (self.window(first + i) for i in range(self.batch_size))
+            for w in (self.window(sample) for sample in range(first, first + count))
         ]
         sequence = torch.stack(rows)
         return Batch(inputs=sequence[:, :-1].contiguous(), targets=sequence[:, 1:].contiguous())
 
 
 class Prefetcher:
-    """The next step's batch, read in a background thread and (on GPU) pinned, so that copying it to
-    the device is asynchronous and reading overlaps the step."""
+    """The next micro-batch, read in a background thread and (on GPU) pinned, so that copying it to
+    the device is asynchronous and reading overlaps the step. ``batch(first)`` returns the
+    ``batch_size`` global samples from ``first``; the one after is ``first + stride``."""
 
-    def __init__(self, source: SyntheticTokens | TokenFile, device: torch.device) -> None:
+    def __init__(
+        self, source: SyntheticTokens | TokenFile, device: torch.device, *, batch_size: int, stride: int
+    ) -> None:
         self.source, self.device = source, device
+        self.batch_size, self.stride = batch_size, stride
         self.pin = device.type == "cuda"
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
         self.ahead: tuple[int, Future[Batch]] | None = None
 
-    def _read(self, step: int) -> Batch:
-        batch = self.source.batch(step)
+    def _read(self, first: int) -> Batch:
+        batch = self.source.samples(first, self.batch_size)
         if self.pin:
             batch = Batch(inputs=batch.inputs.pin_memory(), targets=batch.targets.pin_memory())
         return batch
 
-    def batch(self, step: int) -> Batch:
-        """The batch of ``step`` on the device; starts reading ``step + 1``."""
-        prefetched = self.ahead[1] if self.ahead is not None and self.ahead[0] == step else None
-        host = prefetched.result() if prefetched is not None else self._read(step)
-        self.ahead = (step + 1, self.pool.submit(self._read, step + 1))
+    def batch(self, first: int) -> Batch:
+        """Samples ``first ..`` on the device; starts reading the next micro-batch (``first + stride``)."""
+        prefetched = self.ahead[1] if self.ahead is not None and self.ahead[0] == first else None
+        host = prefetched.result() if prefetched is not None else self._read(first)
+        self.ahead = (first + self.stride, self.pool.submit(self._read, first + self.stride))
         return Batch(
             inputs=host.inputs.to(self.device, non_blocking=self.pin),
             targets=host.targets.to(self.device, non_blocking=self.pin),

@@ -63,6 +63,7 @@ class TrainConfig(TieredCheckpointOptions):  # --tiered-* flags: see tiered_stor
     steps: int = 100
     seed: int = 0
     batch_size: int = 8
+    global_batch_size: int | None = None
     seq_len: int = 128
     lr: float = 3e-3
     warmup_steps: int = 10
@@ -81,6 +82,10 @@ class TrainConfig(TieredCheckpointOptions):  # --tiered-* flags: see tiered_stor
     fail_at_step: int | None = None
     fail_rank: int | None = None
     fail_in_checkpoint_at_step: int | None = None
+    fail_in_checkpoint_load: bool = False
+    fail_in_checkpoint_save_at_step: int | None = None
+    fail_memory_tier_at_load: bool = False
+    fail_memory_tier_at_step: int | None = None
     verdict: bool = False
     log_every: int = 1
     throughput_interval_s: float = 60.0
@@ -95,6 +100,10 @@ class TrainConfig(TieredCheckpointOptions):  # --tiered-* flags: see tiered_stor
             )
         if self.steps < 1 or self.batch_size < 1 or self.seq_len < 2:
             errors.append("--steps, --batch-size must be >= 1 and --seq-len >= 2")
+        if self.global_batch_size is not None and self.global_batch_size % self.batch_size:
+            errors.append(
+                f"--global-batch-size: {self.global_batch_size} is not a multiple of --batch-size {self.batch_size}"
+            )
         schedules = [self.checkpoint_every, self.checkpoint_interval_seconds, self.mtbf_hours]
         if sum(s is not None for s in schedules) > 1:
             errors.append(
@@ -106,17 +115,35 @@ class TrainConfig(TieredCheckpointOptions):  # --tiered-* flags: see tiered_stor
             "--checkpoint-interval-seconds": self.checkpoint_interval_seconds is not None,
             "--mtbf-hours": self.mtbf_hours is not None,
             "--fail-in-checkpoint-at-step": self.fail_in_checkpoint_at_step is not None,
+            "--fail-in-checkpoint-load": self.fail_in_checkpoint_load,
+            "--fail-in-checkpoint-save-at-step": self.fail_in_checkpoint_save_at_step is not None,
             "--verdict": self.verdict,
         }
         for flag, used in needs_dir.items():
             if used and not self.checkpoint_dir:
                 errors.append(f"{flag} needs --checkpoint-dir")
-        if self.fail_rank is not None and self.fail_at_step is None and self.fail_in_checkpoint_at_step is None:
-            errors.append("--fail-rank needs --fail-at-step or --fail-in-checkpoint-at-step")
-        for flag, value in (
-            ("--fail-at-step", self.fail_at_step),
-            ("--fail-in-checkpoint-at-step", self.fail_in_checkpoint_at_step),
-        ):
+        step_faults = {
+            "--fail-at-step": self.fail_at_step,
+            "--fail-in-checkpoint-at-step": self.fail_in_checkpoint_at_step,
+            "--fail-in-checkpoint-save-at-step": self.fail_in_checkpoint_save_at_step,
+            "--fail-memory-tier-at-step": self.fail_memory_tier_at_step,
+        }
+        load_faults = {"--fail-in-checkpoint-load": self.fail_in_checkpoint_load}
+        memory_faults = {
+            "--fail-memory-tier-at-load": self.fail_memory_tier_at_load,
+            "--fail-memory-tier-at-step": self.fail_memory_tier_at_step is not None,
+        }
+        no_fault = all(v is None for v in step_faults.values()) and not any(
+            [*load_faults.values(), *memory_faults.values()]
+        )
+        if self.fail_rank is not None and no_fault:
+            errors.append(
+                "--fail-rank needs a fault: " + ", ".join(dict.fromkeys([*step_faults, *load_faults, *memory_faults]))
+            )
+        for flag, used in memory_faults.items():
+            if used and not self.tiered_checkpointing:
+                errors.append(f"{flag} needs --tiered-checkpointing")
+        for flag, value in step_faults.items():
             if value is not None and not 0 < value < self.steps:
                 errors.append(f"{flag}: {value} must lie in 1..{self.steps - 1}")
         if self.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
@@ -314,17 +341,52 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, runtime: Runtime
     )
 
 
-def make_data(config: TrainConfig, runtime: Runtime, vocab_size: int) -> SyntheticTokens | TokenFile:
-    common = dict(
-        seq_len=config.seq_len,
-        batch_size=config.batch_size,
-        seed=config.seed,
-        rank=runtime.rank,
-        world_size=runtime.world_size,
-    )
+def make_data(config: TrainConfig, batching: Batching, vocab_size: int) -> SyntheticTokens | TokenFile:
+    """The data source, indexed by global sample number (data.py)."""
     if config.data == "synthetic":
-        return SyntheticTokens(vocab_size=vocab_size, **common)
-    return TokenFile(Path(config.data), dtype=config.data_dtype, **common)
+        return SyntheticTokens(vocab_size=vocab_size, seq_len=config.seq_len, seed=config.seed)
+    return TokenFile(
+        Path(config.data),
+        dtype=config.data_dtype,
+        seq_len=config.seq_len,
+        seed=config.seed,
+        min_samples=batching.global_batch,
+    )
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How one optimizer step's global batch is split: ``accumulation`` micro-steps, each of
+    ``micro_batch`` samples on each of ``world_size`` ranks.
+
+    Micro-step ``m`` of rank ``r`` reads the global samples ``first + (m * world_size + r) * micro_batch``
+    onwards, where ``first`` is the number of samples the run has consumed: each optimizer step takes the
+    next ``global_batch`` samples, the same ones at any world size.
+    """
+
+    global_batch: int
+    micro_batch: int
+    world_size: int
+
+    @classmethod
+    def of(cls, config: TrainConfig, world_size: int) -> Batching:
+        """``--global-batch-size`` split over ``world_size`` ranks (gradient accumulation keeps it whatever
+        the world size); without it, ``--batch-size`` per rank, today's meaning."""
+        global_batch = config.global_batch_size or config.batch_size * world_size
+        if global_batch % (config.batch_size * world_size):
+            raise SystemExit(
+                f"train.py: --global-batch-size {global_batch} cannot be split over {world_size} ranks of "
+                f"--batch-size {config.batch_size}: it must be a multiple of {config.batch_size * world_size} "
+                "(world size x batch size); change --batch-size or the number of ranks"
+            )
+        return cls(global_batch, config.batch_size, world_size)
+
+    @property
+    def accumulation(self) -> int:
+        return self.global_batch // (self.micro_batch * self.world_size)
+
+    def first_sample(self, consumed: int, micro_step: int, rank: int) -> int:
+        return consumed + (micro_step * self.world_size + rank) * self.micro_batch
 
 
 def lr_lambda(config: TrainConfig):
@@ -340,10 +402,12 @@ def lr_lambda(config: TrainConfig):
 # ---- the run --------------------------------------------------------------------------------------
 @dataclass
 class Progress:
-    """Where the run is: saved in every checkpoint (the step is also the data position)."""
+    """Where the run is: saved in every checkpoint. ``samples``: the global samples consumed, the data
+    position (not ``step``: a step's global batch may have changed with the world size)."""
 
     step: int = 0
     initial_loss: float = float("nan")
+    samples: int = 0
 
 
 @dataclass
@@ -425,7 +489,13 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
     # becomes 1); do it in every run, with or without checkpoints, so that both train identically.
     get_optimizer_state_dict(model, optimizer)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
-    data = Prefetcher(make_data(config, runtime, args.vocab_size), runtime.device)
+    batching = Batching.of(config, runtime.world_size)
+    data = Prefetcher(
+        make_data(config, batching, args.vocab_size),
+        runtime.device,
+        batch_size=batching.micro_batch,
+        stride=batching.micro_batch * runtime.world_size,
+    )
     progress = Progress()
 
     def run_state() -> dict[str, Any]:
@@ -442,6 +512,17 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
         scheduler.load_state_dict(state["scheduler"])
         vars(progress).update(state["progress"])
 
+    faults = FaultInjector(
+        runtime.rank,
+        runtime.restart_count,
+        fail_at_step=config.fail_at_step,
+        fail_in_checkpoint_at_step=config.fail_in_checkpoint_at_step,
+        fail_rank=config.fail_rank,
+        fail_in_checkpoint_load=config.fail_in_checkpoint_load,
+        fail_in_checkpoint_save_at_step=config.fail_in_checkpoint_save_at_step,
+        fail_memory_tier_at_load=config.fail_memory_tier_at_load,
+        fail_memory_tier_at_step=config.fail_memory_tier_at_step,
+    )
     checkpoints = None
     resumed_from = None
     if config.checkpoint_dir:
@@ -456,13 +537,11 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
             device=runtime.device,
             tiered=config,
             on_commit=runtime.on_checkpoint,
+            faults=faults,
         )
         resumed_from = checkpoints.restore()
 
-    faults = FaultInjector(
-        runtime.rank, runtime.restart_count, config.fail_at_step, config.fail_in_checkpoint_at_step, config.fail_rank
-    )
-    tokens_per_step = config.batch_size * config.seq_len * runtime.world_size
+    tokens_per_step = batching.global_batch * config.seq_len
     flops = flops_per_token(args, config.seq_len)
     peak = next(
         (
@@ -481,6 +560,9 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
             "device": runtime.device.type,
             "restart": runtime.restart_count,
             "resumed_from": resumed_from,
+            "global_batch": batching.global_batch,
+            "accumulation": batching.accumulation,
+            "samples": progress.samples,
         },
         every_node=True,
     )
@@ -494,10 +576,13 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
         step = progress.step
         faults.before_step(step)
         started = time.perf_counter()
-        batch = data.batch(step)
-        logits = model(batch.inputs)
-        loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten())
-        loss.backward()
+        loss = torch.zeros((), device=runtime.device)
+        for micro_step in range(batching.accumulation):  # the mean over the global batch's samples
+            batch = data.batch(batching.first_sample(progress.samples, micro_step, runtime.rank))
+            logits = model(batch.inputs)
+            micro_loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten()) / batching.accumulation
+            micro_loss.backward()
+            loss += micro_loss.detach()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -506,6 +591,7 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
         step_seconds = time.perf_counter() - started
         steps_run += 1
         progress.step = step + 1
+        progress.samples += batching.global_batch
         throughput.add(tokens_per_step, progress.step)
         # One small collective per step: mean loss, and agreement on stopping, saving and committing.
         agreed = StepAgreement(
@@ -527,6 +613,7 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
                 {
                     "event": "step",
                     "step": progress.step,
+                    "samples": progress.samples,
                     "loss": round(loss_value, 6),
                     "tokens_per_s": round(tokens_per_s, 1),
                     "step_time_s": round(step_seconds, 4),
@@ -557,6 +644,7 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
     summary = {
         "event": "summary",
         "step": progress.step,
+        "samples": progress.samples,
         "loss": round(loss_value, 6),
         "initial_loss": round(progress.initial_loss, 6),
         "param_sha256": param_sha256(model),

@@ -97,25 +97,29 @@ def test_rope_is_a_rotation() -> None:
     assert torch.allclose(model.apply_rope(x, freqs).norm(dim=-1), x.norm(dim=-1), atol=1e-5)
 
 
-def test_synthetic_data_is_deterministic_per_step_and_rank() -> None:
-    make = lambda rank: data.SyntheticTokens(vocab_size=4096, seq_len=32, batch_size=4, seed=7, rank=rank, world_size=2)  # noqa: E731
-    a, b = make(0).batch(5), make(0).batch(5)
-    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.inputs[:, 1:], a.targets[:, :-1])
-    assert not torch.equal(make(1).batch(5).inputs, a.inputs)
-    assert not torch.equal(make(0).batch(6).inputs, a.inputs)
+def test_synthetic_samples_are_a_function_of_their_global_number() -> None:
+    source = data.SyntheticTokens(vocab_size=4096, seq_len=32, seed=7)
+    a = source.samples(10, 4)
+    assert torch.equal(a.inputs, source.samples(10, 4).inputs) and torch.equal(a.inputs[:, 1:], a.targets[:, :-1])
+    # Sample g is the same whichever batch it is read in (any world size, batch size or step).
+    assert torch.equal(source.samples(12, 1).inputs[0], a.inputs[2])
+    assert torch.equal(torch.cat([source.samples(10, 2).inputs, source.samples(12, 2).inputs]), a.inputs)
+    assert not torch.equal(source.samples(14, 4).inputs, a.inputs)
+    assert not torch.equal(data.SyntheticTokens(vocab_size=4096, seq_len=32, seed=8).samples(10, 4).inputs, a.inputs)
 
 
-def test_token_file_shards_by_rank(tmp_path: Path) -> None:
+def test_token_file_samples_are_a_function_of_their_global_number(tmp_path: Path) -> None:
     path = tmp_path / "tokens.bin"
     torch.arange(50_000, dtype=torch.int32).to(torch.uint16).numpy().tofile(path)
-    shard = lambda rank: data.TokenFile(path, dtype="uint16", seq_len=16, batch_size=4, seed=1, rank=rank, world_size=2)  # noqa: E731
-    first, second = shard(0).batch(3), shard(1).batch(3)
-    starts = {int(row[0]) for row in torch.cat([first.inputs, second.inputs])}
-    assert len(starts) == 8  # no two ranks read the same window in a step
-    assert torch.equal(first.targets[:, :-1], first.inputs[:, 1:])
-    assert torch.equal(shard(0).batch(3).inputs, first.inputs)
+    source = data.TokenFile(path, dtype="uint16", seq_len=16, seed=1)
+    batch = source.samples(24, 8)
+    assert len({int(row[0]) for row in batch.inputs}) == 8  # eight samples, eight windows
+    assert torch.equal(batch.targets[:, :-1], batch.inputs[:, 1:])
+    assert torch.equal(source.samples(28, 2).inputs, batch.inputs[4:6])
     with pytest.raises(ValueError, match="data dtype"):
-        data.TokenFile(path, dtype="int8", seq_len=16, batch_size=4, seed=1, rank=0, world_size=1)
+        data.TokenFile(path, dtype="int8", seq_len=16, seed=1)
+    with pytest.raises(ValueError, match="too few"):
+        data.TokenFile(path, dtype="uint16", seq_len=16, seed=1, min_samples=10_000)
 
 
 @pytest.mark.parametrize("size", [1, 2, 7, 1000, 4097])
@@ -130,21 +134,19 @@ def test_epoch_permutation_is_a_permutation_and_changes_per_epoch(size: int) -> 
 def test_token_file_reads_every_window_once_per_epoch(tmp_path: Path) -> None:
     path = tmp_path / "tokens.bin"
     torch.arange(16 * 40 + 1, dtype=torch.int32).to(torch.uint16).numpy().tofile(path)  # 40 windows
-    shards = [
-        data.TokenFile(path, dtype="uint16", seq_len=16, batch_size=2, seed=1, rank=r, world_size=2) for r in (0, 1)
-    ]
-    epoch = [int(row[0]) // 16 for step in range(10) for s in shards for row in s.batch(step).inputs]
-    assert sorted(epoch) == list(range(40))  # 10 steps x 2 ranks x 2 = one pass over all 40 windows
-    second_epoch = [shards[0].window(40 + i) for i in range(40)]
-    assert sorted(second_epoch) == list(range(40)) and second_epoch != [shards[0].window(i) for i in range(40)]
+    source = data.TokenFile(path, dtype="uint16", seq_len=16, seed=1)
+    epoch = [int(row[0]) // 16 for first in range(0, 40, 4) for row in source.samples(first, 4).inputs]
+    assert sorted(epoch) == list(range(40))  # samples 0..39: one pass over all 40 windows
+    second_epoch = [source.window(40 + i) for i in range(40)]
+    assert sorted(second_epoch) == list(range(40)) and second_epoch != [source.window(i) for i in range(40)]
 
 
-def test_prefetcher_returns_each_steps_batch(tmp_path: Path) -> None:
-    source = data.SyntheticTokens(vocab_size=4096, seq_len=8, batch_size=2, seed=7, rank=0, world_size=1)
-    loader = data.Prefetcher(source, torch.device("cpu"))
+def test_prefetcher_returns_each_micro_batch(tmp_path: Path) -> None:
+    source = data.SyntheticTokens(vocab_size=4096, seq_len=8, seed=7)
+    loader = data.Prefetcher(source, torch.device("cpu"), batch_size=2, stride=4)
     try:
-        for step in (0, 1, 2, 5, 6):  # in order (served from the prefetch) and after a jump (a resume)
-            assert torch.equal(loader.batch(step).inputs, source.batch(step).inputs)
+        for first in (0, 4, 8, 20, 24):  # in order (served from the prefetch) and after a jump (a resume)
+            assert torch.equal(loader.batch(first).inputs, source.samples(first, 2).inputs)
     finally:
         loader.close()
 
