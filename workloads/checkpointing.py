@@ -13,6 +13,15 @@ that every rank can read, resharded by DCP to the current world size, and falls 
 previous one, with a warning, when it is corrupt; when committed checkpoints exist and none loads,
 it raises rather than start over from step 0.
 
+**A failure on one rank never leaves another waiting in a collective.** Every step that can fail on
+one rank alone before a collective (building the reader or writer, rank 0's folder and commit, a
+background write's result) is followed by one agreement (:meth:`CheckpointManager._agree`, every
+rank's outcome gathered) before anyone enters DCP or the next barrier; inside DCP's own collectives a
+rank's error reaches every rank as DCP's ``CheckpointException``, and is agreed on too. The agreed
+outcomes: all ranks fall back together (an older checkpoint or the next source at load; the directory
+instead of the memory tier at save, for this save and the rest of the run), or all ranks raise
+:class:`CheckpointFailed` together (a save to the directory, a commit) so the launcher restarts them.
+
 Where the shards go is the storage's business, chosen once at start and logged as a
 ``checkpoint_storage`` event: the staging folder itself (DCP's file system writer: FSx on the
 cluster), or, with ``--tiered-checkpointing`` and the HyperPod memory tier reachable from every
@@ -34,22 +43,24 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import tiered_storage
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from accelerator import reduce_numbers
 from checkpoint_interval import daly_interval
+from faults import FaultInjector
 from tiered_storage import TieredCheckpointOptions, TieredStorage
-from torch.distributed.checkpoint import staging
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, staging
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 
 COMMIT_MARKER = "COMMITTED"
 LATEST = "latest"
 PREFIX = "step-"
 TMP_PREFIX = ".tmp-step-"
+REPLACED_PREFIX = ".replaced-step-"  # a committed folder being replaced by a new save of its step
 DIRECTORY_STORAGE = "directory"
+T = TypeVar("T")
 
 
 def step_dir_name(step: int) -> str:
@@ -90,7 +101,7 @@ class DirectoryStorage:
         return {"storage": self.name, "path": str(self.directory)}
 
     def target(self, step: int, save_index: int, staging_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"checkpoint_id": str(staging_dir)}, {"storage": self.name}
+        return {"storage_writer": FileSystemWriter(staging_dir)}, {"storage": self.name}
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,11 @@ class SaveSchedule:
 
 class NoLoadableCheckpoint(RuntimeError):
     """Committed checkpoints exist but none loads: starting over would mix two runs in one directory."""
+
+
+class CheckpointFailed(RuntimeError):
+    """A save or commit failed on some rank; raised on every rank together, so the launcher restarts
+    them all and the run resumes from the last committed checkpoint."""
 
 
 class CheckpointManager:
@@ -155,6 +171,7 @@ class CheckpointManager:
         device: Any = "cpu",
         tiered: TieredCheckpointOptions | None = None,
         on_commit: Callable[[dict[str, Any]], None] | None = None,
+        faults: FaultInjector | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep: {keep} must be >= 1")
@@ -165,16 +182,19 @@ class CheckpointManager:
         self.rank = dist.get_rank()
         self.log = log or (lambda record: None)
         self.on_commit = on_commit or (lambda record: None)
+        self.faults = faults or FaultInjector(rank=dist.get_rank(), restart_count=0)
         self.device = device  # where the training group's collectives take their tensors
         self.async_group = dist.new_group(backend="gloo") if async_save else None
         self.pending: PendingSave | None = None
         self.last_save_seconds: float | None = None
         self.last_durable_seconds: float | None = None
-        if self.rank == 0:
+
+        def prepare() -> None:
             directory.mkdir(parents=True, exist_ok=True)
-            for stale in directory.glob(f"{TMP_PREFIX}*"):
+            for stale in [*directory.glob(f"{TMP_PREFIX}*"), *directory.glob(f"{REPLACED_PREFIX}*")]:
                 shutil.rmtree(stale, ignore_errors=True)
-        dist.barrier()
+
+        self._on_rank_0_together("prepare the checkpoint directory", prepare)
         self.save_index = self._newest_save_index()
         self.storage = self._choose_storage(tiered)
 
@@ -228,34 +248,81 @@ class CheckpointManager:
         return step
 
     def save(self, step: int, *, crash_before_commit: bool = False) -> None:
-        """Write a checkpoint of ``step``; blocking, or in the background with ``async_save``."""
+        """Write a checkpoint of ``step``; blocking, or in the background with ``async_save``.
+
+        The memory tier failing on any rank sends this save, and the rest of the run's, to the
+        directory; the directory failing raises :class:`CheckpointFailed` on every rank."""
         self.last_save_at = time.monotonic()
         state = self.state()
         started = time.perf_counter()
         self.finalize()  # an earlier async save is committed (or fails) first: part of this stall
         tmp_dir = self.directory / f"{TMP_PREFIX}{step:08d}"
-        if self.rank == 0:
-            tmp_dir.mkdir(parents=True, exist_ok=True)
-        dist.barrier()
+        self._on_rank_0_together(f"create {tmp_dir.name}", lambda: tmp_dir.mkdir(parents=True, exist_ok=True))
         self.save_index += 1
-        target, record = self.storage.target(step, self.save_index, tmp_dir)
-        record = {**record, "save_index": self.save_index}
+        target, record = self._write(step, state, tmp_dir)
         if self.async_group is None:
-            dcp.save(state, **target)
             self.last_save_seconds = time.perf_counter() - started
             if crash_before_commit:
                 _die_mid_checkpoint(tmp_dir, self.rank)
             self._commit(step, tmp_dir, started, record)
             return
-        response = dcp.async_save(state, process_group=self.async_group, **target, **self._staging())
-        # A Future, or (with an async stager) an AsyncSaveResponse whose upload completes later.
-        future = cast(Future[Any], getattr(response, "upload_completion", response))
+        future = cast(Future[Any], target)
         staging_seconds = time.perf_counter() - started  # the only stall
         self.last_save_seconds = staging_seconds
         self.pending = PendingSave(step, tmp_dir, future, started, record, staging_seconds)
         if crash_before_commit:
             future.result()
             _die_mid_checkpoint(tmp_dir, self.rank)
+
+    def _write(self, step: int, state: dict[str, Any], tmp_dir: Path) -> tuple[Any, dict[str, Any]]:
+        """Write ``state`` through the storage (an async save: start it), agreed on every rank: the
+        background future (None for a blocking save) and the commit record. A failed tiered write
+        falls back to the directory for good; a failed directory write raises."""
+        storage = self.storage
+        failures, result, record = self._attempt_write(storage, step, state, tmp_dir)
+        if failures and storage.name == tiered_storage.STORAGE_NAME:
+            self._fall_back_to_directory(f"save of step {step} failed: {failures[0]}")
+            storage = self.storage
+            failures, result, record = self._attempt_write(storage, step, state, tmp_dir)
+        if failures:
+            raise self._failed(f"save of step {step} to {storage.name}", failures)
+        return result, record
+
+    def _attempt_write(
+        self, storage: CheckpointStorage, step: int, state: dict[str, Any], tmp_dir: Path
+    ) -> tuple[list[str], Any, dict[str, Any]]:
+        """Build the writer (agreed), then save or start the async save (agreed): the failures, the
+        background future (None for a blocking save) and the commit record."""
+        built, error = _attempt(lambda: storage.target(step, self.save_index, tmp_dir))
+        failures = self._agree(error)
+        if failures or built is None:
+            return failures, None, {}
+        target, record = built
+        self.faults.arm_write(target["storage_writer"], step, tiered=storage.name == tiered_storage.STORAGE_NAME)
+        record = {**record, "save_index": self.save_index}
+        if self.async_group is None:
+            _, error = _attempt(lambda: dcp.save(state, **target))
+            result: Any = None
+        else:
+            response, error = _attempt(
+                lambda: dcp.async_save(state, process_group=self.async_group, **target, **self._staging())
+            )
+            # A Future, or (with an async stager) an AsyncSaveResponse whose upload completes later.
+            result = getattr(response, "upload_completion", response)
+        return self._agree(error), result, record
+
+    def _fall_back_to_directory(self, reason: str) -> None:
+        """The tiers failed on some rank: every rank uses the directory from now on (logged)."""
+        self.storage = DirectoryStorage(self.directory)
+        fallback = {
+            "event": "checkpoint_storage",
+            **self.storage.describe(),
+            "requested": tiered_storage.STORAGE_NAME,
+            "reason": reason,
+        }
+        if self.rank == 0:
+            print(json.dumps(fallback), file=sys.stderr, flush=True)
+        self.log(fallback)
 
     def _staging(self) -> dict[str, Any]:
         """On GPU, stage the state into pinned host memory (a fast device-to-host copy; training
@@ -278,11 +345,22 @@ class CheckpointManager:
             self.finalize()
 
     def finalize(self) -> None:
-        """Wait for a background save on every rank, then commit it."""
+        """Wait for a background save on every rank, agree on its outcome, then commit it. A failed
+        tiered write is dropped (logged; the run's next saves go to the directory); a failed directory
+        write raises :class:`CheckpointFailed` on every rank."""
         if self.pending is None:
             return
         pending, self.pending = self.pending, None
-        pending.future.result()
+        _, error = _attempt(pending.future.result)
+        failures = self._agree(error)
+        if failures and pending.record.get("storage") == tiered_storage.STORAGE_NAME:
+            reason = f"background save of step {pending.step} failed: {failures[0]}"
+            self._fall_back_to_directory(reason)
+            self.log({"event": "checkpoint_failed", "step": pending.step, "reason": reason, "committed": False})
+            self._on_rank_0_together(f"remove {pending.tmp_dir.name}", lambda: shutil.rmtree(pending.tmp_dir))
+            return
+        if failures:
+            raise self._failed(f"background save of step {pending.step}", failures)
         self._commit(pending.step, pending.tmp_dir, pending.started, pending.record, pending.stall_seconds)
 
     def close(self) -> None:
@@ -292,19 +370,27 @@ class CheckpointManager:
         self, step: int, tmp_dir: Path, started: float, record: dict[str, Any], stall_seconds: float | None = None
     ) -> None:
         """Commit the written save; ``stall_seconds`` is an async save's (None: a blocking save, whose
-        stall lasts until committed)."""
+        stall lasts until committed). Atomic at every point: the committed folder appears by one
+        rename; one it replaces (the same step saved again after a fallback) is moved aside first, so a
+        crash leaves either it or the new one, never a half of either."""
         dist.barrier()  # every rank's shards are written (on disk, or in the tiers the record names)
         self.last_durable_seconds = time.perf_counter() - started
-        if self.rank == 0:
-            final_dir = self.directory / step_dir_name(step)
+        final_dir = self.directory / step_dir_name(step)
+
+        def commit() -> None:
             marker = {"step": step, "world_size": dist.get_world_size(), "committed_at": time.time(), **record}
             _write_durably(tmp_dir / COMMIT_MARKER, json.dumps(marker))
+            replaced = self.directory / f"{REPLACED_PREFIX}{step:08d}"
             if final_dir.exists():
-                shutil.rmtree(final_dir)
+                os.replace(final_dir, replaced)
             os.replace(tmp_dir, final_dir)
             _write_durably(self.directory / f".{LATEST}.tmp", final_dir.name)
             os.replace(self.directory / f".{LATEST}.tmp", self.directory / LATEST)
+            shutil.rmtree(replaced, ignore_errors=True)
             self._prune()
+
+        self._on_rank_0_together(f"commit step {step}", commit)
+        if self.rank == 0:
             seconds = time.perf_counter() - started
             self.log(
                 {
@@ -316,8 +402,31 @@ class CheckpointManager:
                     **{key: record[key] for key in ("storage", "tiers") if key in record},
                 }
             )
-        dist.barrier()
-        self.on_commit({"step": step, "path": str(self.directory / step_dir_name(step)), **record})
+        self.on_commit({"step": step, "path": str(final_dir), **record})
+
+    # ---- agreement -----------------------------------------------------------------------
+    def _agree(self, error: str | None) -> list[str]:
+        """Every rank's outcome of a step that may fail on some ranks only, gathered before anyone
+        enters the next collective: ``rank R: error`` for each rank that failed, the same list on
+        every rank (empty: all succeeded)."""
+        outcomes: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(outcomes, error)
+        return [f"rank {rank}: {outcome}" for rank, outcome in enumerate(outcomes) if outcome]
+
+    def _on_rank_0_together(self, what: str, action: Callable[[], object]) -> None:
+        """``action`` on rank 0 (the file system work of the protocol), its outcome agreed: every rank
+        returns, or every rank raises :class:`CheckpointFailed`."""
+        _, error = _attempt(action) if self.rank == 0 else (None, None)
+        failures = self._agree(error)
+        if failures:
+            raise self._failed(what, failures)
+
+    def _failed(self, what: str, failures: list[str]) -> CheckpointFailed:
+        """Log the failure (rank 0) and say it on every rank's stderr; the error to raise everywhere."""
+        message = f"{what} failed: {'; '.join(failures)}"
+        self.log({"event": "checkpoint_failed", "reason": message, "committed": False})
+        print(json.dumps({"event": "checkpoint_failed", "rank": self.rank, "reason": message}), file=sys.stderr)
+        return CheckpointFailed(message)
 
     def _prune(self) -> None:
         """Keep the newest ``keep`` and, when none of them is durable, the newest durable one."""
@@ -342,32 +451,28 @@ class CheckpointManager:
 
         Returns its step, or None when there is none (a fresh start). Each checkpoint is read from
         the sources its commit record names, in order (the directory; or the memory tier, then S3);
-        a corrupt or partial checkpoint is skipped with a warning and the previous one is tried;
-        when none loads, :class:`NoLoadableCheckpoint`. A checkpoint saved by another world size is
-        resharded by DCP and logged as ``world_size_changed`` (the global batch, and so the
-        schedule, change with it).
+        for each, every rank builds its reader and the outcome is agreed, then DCP loads and the
+        outcome is agreed again: a source or checkpoint that fails on any rank is skipped by all,
+        with a warning, and the next is tried; when none loads, :class:`NoLoadableCheckpoint`. A
+        checkpoint saved by another world size is resharded by DCP and logged as
+        ``world_size_changed``.
         """
         candidates = [(p.name, _read_marker(p)) for p in self.committed()] if self.rank == 0 else []
         shared: list[Any] = [candidates]
         dist.broadcast_object_list(shared, src=0)  # every rank tries the same checkpoints and sources
-        for name, marker in shared[0]:
+        for index, (name, marker) in enumerate(shared[0]):
             path = self.directory / name
             reasons = [] if marker else [f"{COMMIT_MARKER} is unreadable"]
             for source, load_args in _load_sources(path, marker) if marker else []:
-                error = ""
-                try:
-                    dcp.load(state, **load_args())
-                except (Exception, CheckpointException) as exc:  # noqa: BLE001 - unreadable: try the next source
-                    error = f"{type(exc).__name__}: {exc}"
-                (ok,) = reduce_numbers([0 if error else 1], self.device, dist.ReduceOp.MIN)
-                if ok == 1:
+                failures = self._load_from(state, source, load_args, newest=index == 0)
+                if not failures:
                     step, saved_world = marker["step"], marker["world_size"]
                     self.log({"event": "resume", "step": step, "path": str(path), "source": source})
                     if saved_world != dist.get_world_size():
                         change = {"event": "world_size_changed", "saved": saved_world, "now": dist.get_world_size()}
                         self.log({**change, "step": step})
                     return step
-                reasons.append(f"{source}: {error or 'unreadable on another rank'}")
+                reasons.append(f"{source}: {'; '.join(failures)}")
             warning = {"event": "checkpoint_skipped", "path": str(path), "reason": "; ".join(reasons)}
             print(json.dumps(warning), file=sys.stderr, flush=True)
             self.log(warning)
@@ -378,6 +483,34 @@ class CheckpointManager:
                 "from step 0 in the same directory (move them away to start a new run)"
             )
         return None
+
+    def _load_from(
+        self, state: dict[str, Any], source: str, load_args: Callable[[], dict[str, Any]], *, newest: bool
+    ) -> list[str]:
+        """One source of one checkpoint: build the reader (agreed), then load (agreed); the failures."""
+
+        def build() -> dict[str, Any]:
+            if source == tiered_storage.MEMORY_TIER:
+                self.faults.memory_tier_read()
+            args = load_args()
+            self.faults.arm_read(args["storage_reader"], newest=newest)
+            return args
+
+        args, error = _attempt(build)
+        failures = self._agree(error)
+        if failures or args is None:
+            return failures
+        _, error = _attempt(lambda: dcp.load(state, **args))
+        return self._agree(error)
+
+
+def _attempt(action: Callable[[], T]) -> tuple[T | None, str | None]:
+    """``action()`` and None, or None and what went wrong (DCP's CheckpointException, a BaseException,
+    included; an interrupt or exit is not caught)."""
+    try:
+        return action(), None
+    except (Exception, CheckpointException) as exc:
+        return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
 
 
 def _read_marker(path: Path) -> dict[str, Any] | None:
@@ -394,7 +527,7 @@ def _load_sources(path: Path, marker: dict[str, Any]) -> list[tuple[str, Callabl
     without ``storage`` predate the tiered storage: their shards are in the step folder."""
     if marker.get("storage") == tiered_storage.STORAGE_NAME:
         return tiered_storage.load_sources(marker)
-    return [(DIRECTORY_STORAGE, lambda: {"checkpoint_id": str(path)})]
+    return [(DIRECTORY_STORAGE, lambda: {"storage_reader": FileSystemReader(path)})]
 
 
 def _durable(marker: dict[str, Any] | None) -> bool:

@@ -21,6 +21,7 @@ import json
 import re
 import sys
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -391,6 +392,61 @@ def test_unreachable_memory_tier_falls_back_to_the_directory(
     assert list((tmp_path / "step-00000010").glob("*.distcp"))
     assert marker(tmp_path, 10)["storage"] == "directory"
     assert summary(result.stdout)["param_sha256"] == reference_run["param_sha256"]
+
+
+# ---- one rank's memory tier fails: every rank agrees, nobody waits in a collective ---------------
+PG_TIMEOUT = ["--pg-timeout-seconds=60"]  # a rank left waiting would wait this long: runs end well inside it
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_memory_tier_outage_on_one_rank_at_save_sends_the_run_to_the_directory(
+    memory_tier: MemoryTier, reference_run: dict[str, Any], tmp_path: Path, mode: str
+) -> None:
+    """Rank 1's shards of step 4 are refused (the library's SageMakerInMemoryTierError, raised inside
+    DCP's write, reaches every rank as DCP's CheckpointException, a BaseException): caught, agreed,
+    logged; the run continues on the directory (FSx) and ends as an uninterrupted run."""
+    args = ["--steps=10", f"--checkpoint-dir={tmp_path}", "--checkpoint-every=2", "--tiered-checkpointing"]
+    args += [*PG_TIMEOUT, "--fail-memory-tier-at-step=4", "--fail-rank=1"]
+    args += ["--async-checkpoint"] if mode == "async" else []
+    started = time.monotonic()
+    result = train(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert time.monotonic() - started < 30
+    assert "injected memory-tier outage at step 4" in result.stderr  # the fault really fired, on rank 1
+    tiered, fallback = events(result.stdout, "checkpoint_storage")
+    assert (tiered["storage"], fallback["storage"], fallback["requested"]) == ("tiered", "directory", "tiered")
+    assert "step 4 failed: rank 0: CheckpointException" in fallback["reason"]
+    committed = [(r["step"], r["storage"]) for r in events(result.stdout, "checkpoint")]
+    if mode == "sync":  # that save itself went to the directory
+        assert committed == [(2, "tiered"), (4, "directory"), (6, "directory"), (8, "directory"), (10, "directory")]
+    else:  # the background save was dropped (logged); the next one went to the directory
+        (dropped,) = events(result.stdout, "checkpoint_failed")
+        assert dropped["step"] == 4 and not dropped["committed"]
+        assert committed == [(2, "tiered"), (6, "directory"), (8, "directory"), (10, "directory")]
+    assert marker(tmp_path, 10)["storage"] == "directory" and list((tmp_path / "step-00000010").glob("*.distcp"))
+    assert summary(result.stdout)["param_sha256"] == reference_run["param_sha256"]
+
+
+@pytest.mark.torch
+def test_a_memory_tier_outage_on_one_rank_at_load_reads_s3_on_every_rank(
+    memory_tier: MemoryTier, reference_run: dict[str, Any], tmp_path: Path
+) -> None:
+    """Rank 1 finds nothing in the memory tier (its reader's metadata comes back empty, before DCP):
+    every rank agrees to read that checkpoint from S3 instead; before, rank 0 waited inside DCP's load
+    for rank 1 until the process-group timeout, on every restart."""
+    s3_uri = f"s3://{BUCKET}/{tmp_path.name}"
+    common = [f"--checkpoint-dir={tmp_path}", "--checkpoint-every=2", "--tiered-checkpointing", *PG_TIMEOUT]
+    common += [f"--tiered-s3-uri={s3_uri}", "--tiered-s3-every=1"]
+    first = train(["--steps=6", *common])
+    assert first.returncode == 0, first.stderr[-3000:]
+    started = time.monotonic()
+    again = train(["--steps=10", *common, "--fail-memory-tier-at-load", "--fail-rank=1"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert time.monotonic() - started < 30
+    (resume,) = events(again.stdout, "resume")
+    assert (resume["step"], resume["source"]) == (6, "s3")
+    assert summary(again.stdout)["param_sha256"] == reference_run["param_sha256"]
 
 
 # ---- the image ---------------------------------------------------------------------------------

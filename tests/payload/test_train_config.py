@@ -31,7 +31,7 @@ def test_flags_and_file_merge_flags_win(tmp_path: Path) -> None:
     [
         (["--preset", "405b"], "--preset: '405b' is not allowed"),
         (["--async-checkpoint"], "--async-checkpoint needs --checkpoint-dir"),
-        (["--fail-rank", "1"], "--fail-rank needs --fail-at-step"),
+        (["--fail-rank", "1"], "--fail-rank needs a fault: --fail-at-step"),
         (["--steps", "10", "--fail-at-step", "10"], "--fail-at-step: 10 must lie in 1..9"),
         (["--checkpoint-dir", "/x", "--checkpoint-every", "5", "--mtbf-hours", "3"], "are alternatives: pick one"),
         (["--verdict"], "--verdict needs --checkpoint-dir"),
