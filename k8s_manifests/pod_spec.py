@@ -106,8 +106,12 @@ def gpu_pod_spec(
     restart_policy: str | None = "OnFailure",
     extra_env: dict[str, str] | None = None,
     affinity: dict[str, Any] | None = None,
+    shutdown_seconds: int | None = None,
 ) -> dict[str, Any]:
-    """A pod spec that takes a whole GPU node: every GPU and EFA device, shm, FSx, the payload."""
+    """A pod spec that takes a whole GPU node: every GPU and EFA device, shm, FSx, the payload.
+
+    ``shutdown_seconds``: what the pod's launcher gives its workers from SIGTERM to SIGKILL (default
+    the values' budget); the grace period adds the launcher's own teardown."""
     # AWS SDKs in the pod (tiered checkpointing's S3 tier, boto3) need the region; Pod Identity gives
     # credentials only.
     env = [
@@ -129,7 +133,8 @@ def gpu_pod_spec(
         "serviceAccountName": values.service_account,
         # SIGTERM -> torchrun -> the payload's final checkpoint within the shutdown budget, then
         # torchrun's teardown; only then may the kubelet SIGKILL.
-        "terminationGracePeriodSeconds": values.shutdown_budget_seconds + TORCHRUN_TEARDOWN_SECONDS,
+        "terminationGracePeriodSeconds": (shutdown_seconds or values.shutdown_budget_seconds)
+        + TORCHRUN_TEARDOWN_SECONDS,
         "tolerations": [GPU_TOLERATION],
         "affinity": {**gpu_node_affinity(), **(affinity or {})},
         "volumes": volumes(values),

@@ -43,6 +43,8 @@ def kubeflow_pytorch_job(
         command=command,
         extra_env={"PYTHONPATH": WORKLOADS_MOUNT},
         affinity=one_pod_per_node(labels),
+        # torchrun on the DLC's torch 2.8 gives its workers 30 s, whatever TORCH_ELASTIC_SHUTDOWN_TIMEOUT says.
+        shutdown_seconds=values.torchrun_shutdown_seconds,
     )
     template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
     return api_object(

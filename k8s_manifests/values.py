@@ -10,6 +10,17 @@ from llm_infra.k8s_manifests.dlc import dlc_image_uri
 
 # The checkpoint bucket's prefix for tiered checkpoints' S3 copies (one folder per job below it).
 TIERED_PREFIX = "tiered"
+# torchrun's shutdown: configurable (LaunchConfig.shutdown_timeout, TORCH_ELASTIC_SHUTDOWN_TIMEOUT) from torch
+# 2.13; before, PContext.close(timeout=30) SIGKILLs the workers 30 s after SIGTERM (torch 2.8, torch
+# issue 119856).
+TORCHRUN_CONFIGURABLE_SHUTDOWN_SINCE = (2, 13)
+TORCHRUN_FIXED_SHUTDOWN_SECONDS = 30
+
+
+def dlc_torch_version(dlc_image_tag: str) -> tuple[int, int]:
+    """The PyTorch (major, minor) a DLC ``pytorch-training`` tag names: ``2.8.0-gpu-...`` is (2, 8)."""
+    major, minor = dlc_image_tag.split("-", 1)[0].split(".")[:2]
+    return int(major), int(minor)
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,8 @@ class WorkloadValues:
     # Seconds from SIGTERM to torchrun's SIGKILL of the workers: room for a final checkpoint. The
     # pods' grace period follows from it.
     shutdown_budget_seconds: int = 300
+    # The image's torch (major, minor): torchrun honours TORCH_ELASTIC_SHUTDOWN_TIMEOUT only from 2.13.
+    torch_version: tuple[int, int] = (2, 8)
     # HyperPodPyTorchJob restart policy: at most ``max_restarts`` process-level restarts within this
     # window before the operator restarts the whole job, at most ``full_job_restarts`` times.
     restart_eval_period_seconds: int = 21600
@@ -113,6 +126,15 @@ class WorkloadValues:
     def hyperpod(self) -> bool:
         return self.compute == "hyperpod"
 
+    @property
+    def torchrun_shutdown_seconds(self) -> int:
+        """What torchrun gives its workers from SIGTERM to SIGKILL with this image: the budget where
+        its LaunchConfig takes ``shutdown_timeout`` (torch >= 2.13, from TORCH_ELASTIC_SHUTDOWN_TIMEOUT),
+        else its fixed 30 s (torch 2.8's ``PContext.close(timeout=30)``, the DLC's default)."""
+        if self.torch_version >= TORCHRUN_CONFIGURABLE_SHUTDOWN_SINCE:
+            return self.shutdown_budget_seconds
+        return min(self.shutdown_budget_seconds, TORCHRUN_FIXED_SHUTDOWN_SECONDS)
+
     @classmethod
     def from_config(
         cls, config: TrainingConfig, *, fsx: FsxVolume | None = None, checkpoint_bucket: str | None = None
@@ -146,4 +168,5 @@ class WorkloadValues:
             fsx=fsx,
             stall_minutes=config.stall_minutes,
             tiered_checkpoint_s3_uri=tiered_uri,
+            torch_version=dlc_torch_version(config.dlc_image_tag),
         )

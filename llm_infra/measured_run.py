@@ -3,8 +3,11 @@
 
 The payload's records (one JSON object a line, each stamped with ``time``, seconds since the epoch):
 ``workloads/train.py`` ``emit`` on stdout: ``{"event": "start", "world_size", "device", "restart",
-"resumed_from"}``, ``{"event": "step", "step", "tokens_per_s", "step_time_s"}``, ``{"event": "summary",
-"tokens_per_s"}``; ``workloads/throughput.py``: ``{"event": "throughput", "step", "tokens_per_s"}``;
+"resumed_from", "shutdown_budget_seconds"}`` (the last: seconds from a stop signal to the launcher's
+SIGKILL, ``accelerator.shutdown_budget_seconds()``; null under Ray Train, absent from older payloads),
+``{"event": "step", "step", "tokens_per_s", "step_time_s"}``, ``{"event": "summary", "tokens_per_s"}``,
+``{"event": "final_checkpoint_skipped", "step", "reason"}`` (a stop whose final save did not fit);
+``workloads/throughput.py``: ``{"event": "throughput", "step", "tokens_per_s"}``;
 ``workloads/checkpointing.py``: ``{"event": "checkpoint", "step", "seconds", "stall_seconds"}``
 (``seconds`` from the save's start until it is committed; ``stall_seconds`` how long training was
 blocked by it, absent from older payloads); ``workloads/faults.py`` on stderr: ``{"event": "fault",
@@ -45,6 +48,11 @@ class RunMeasurements:
     recovery_seconds: Measurement | None = None
     tokens_per_gpu_second: Measurement | None = None
     step_seconds: Measurement | None = None
+    # Seconds from a stop (SIGTERM, or hyperpodrun's graceful SIGUSR1) to the launcher's SIGKILL: the
+    # least any start line reported (torchrun of torch 2.8, the DLC's, gives 30 s whatever the pod says).
+    shutdown_budget_seconds: Measurement | None = None
+    # What the logs say about stopping that the plan does not model, in words.
+    notes: tuple[str, ...] = ()
 
 
 def read_runs(paths: Iterable[str]) -> RunMeasurements:
@@ -54,6 +62,7 @@ def read_runs(paths: Iterable[str]) -> RunMeasurements:
         records.extend(_records(Path(path)))
     drills = [r for r in records if r.get("kind") == DRILL_KIND]
     events = sorted((r for r in records if "event" in r and isinstance(r.get("time"), int | float)), key=_time)
+    budget = _shutdown_budget_seconds(events)
     return RunMeasurements(
         checkpoint_seconds=_checkpoint_seconds(events),
         recovery_seconds=_drill_recovery(drills) or _payload_recovery(events),
@@ -61,6 +70,8 @@ def read_runs(paths: Iterable[str]) -> RunMeasurements:
         step_seconds=_median(
             [r["step_time_s"] for r in events if r["event"] == "step" and r.get("step_time_s")], "median step time"
         ),
+        shutdown_budget_seconds=budget,
+        notes=_stop_notes(events, budget),
     )
 
 
@@ -154,3 +165,41 @@ def _tokens_per_gpu_second(events: list[dict[str, Any]]) -> Measurement | None:
     if per_step:
         return _median(per_step, f"median tokens/s of a step per rank ({device})")
     return _median(per_summary, f"run summary tokens/s per rank ({device})")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _shutdown_budget_seconds(events: list[dict[str, Any]]) -> Measurement | None:
+    """The least budget any start line reported (each node and each restart reports its own)."""
+    budgets = [
+        r["shutdown_budget_seconds"]
+        for r in events
+        if r["event"] == "start" and _number(r.get("shutdown_budget_seconds"))
+    ]
+    if not budgets:
+        return None
+    how = f"launcher's stop-signal-to-SIGKILL budget, least of {len(budgets)} start line{'s' * (len(budgets) > 1)}"
+    return Measurement(float(min(budgets)), how)
+
+
+def _stop_notes(events: list[dict[str, Any]], budget: Measurement | None) -> tuple[str, ...]:
+    """Stops that lost work: final saves the payload skipped, and saves longer than the budget allows
+    (the payload saves at a stop only within 80 % of it: workloads/stopping.py ``final_save_fits``)."""
+    notes = []
+    skipped = [r for r in events if r["event"] == "final_checkpoint_skipped"]
+    if skipped:
+        steps = ", ".join(str(r.get("step")) for r in skipped)
+        notes.append(
+            f"{len(skipped)} stop{'s' * (len(skipped) > 1)} skipped the final checkpoint (step {steps}): the work "
+            "since the last checkpoint was lost"
+        )
+    saves = [r["seconds"] for r in events if r["event"] == "checkpoint" and _number(r.get("seconds"))]
+    if budget is not None and saves and statistics.median(saves) > 0.8 * budget.value:
+        notes.append(
+            f"a save until committed takes {statistics.median(saves):.3g} s (median), more than 80 % of the "
+            f"{budget.value:g} s a stop leaves before SIGKILL: a stop skips the final checkpoint and loses the "
+            "work since the last one (raise the launcher's shutdown timeout, or save faster)"
+        )
+    return tuple(notes)

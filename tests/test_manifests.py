@@ -176,15 +176,23 @@ def test_nccl_environment_is_minimal_and_current(eks) -> None:
 
 
 def test_the_kubelet_waits_for_torchruns_shutdown_budget(eks) -> None:
-    # SIGTERM reaches torchrun (PID 1); it SIGKILLs the workers TORCH_ELASTIC_SHUTDOWN_TIMEOUT later,
-    # then tears itself down; the kubelet's SIGKILL comes terminationGracePeriodSeconds after SIGTERM.
-    budget = WorkloadValues.shutdown_budget_seconds
+    # SIGTERM reaches torchrun (PID 1); it SIGKILLs the workers after its shutdown timeout, then tears
+    # itself down; the kubelet's SIGKILL comes terminationGracePeriodSeconds after SIGTERM. On the DLC's
+    # torch 2.8 that timeout is a fixed 30 s (PContext.close(timeout=30)): TORCH_ELASTIC_SHUTDOWN_TIMEOUT is
+    # read from torch 2.13 on, so the pods say 30 s, not the 300 s they cannot have.
     for name in ("train", "validation-2-allreduce", "validation-3-training", "llama2-7b"):
         spec = pod_spec(by_kind(eks, "PyTorchJob", name))
         env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
-        assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(budget)
-        assert spec["terminationGracePeriodSeconds"] == budget + TORCHRUN_TEARDOWN_SECONDS
+        assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(WorkloadValues.shutdown_budget_seconds)
+        assert spec["terminationGracePeriodSeconds"] == 30 + TORCHRUN_TEARDOWN_SECONDS
         assert spec["containers"][0]["command"][0] == "torchrun"  # the process the kubelet signals
+
+
+def test_a_torch_that_reads_the_shutdown_timeout_gets_the_whole_budget() -> None:
+    newer = WorkloadValues.from_config(TrainingConfig(dlc_image_tag="2.13.0-gpu-py312-cu130-ubuntu24.04-ec2"))
+    assert newer.torchrun_shutdown_seconds == newer.shutdown_budget_seconds == 300
+    dlc = WorkloadValues.from_config(TrainingConfig())
+    assert (dlc.torch_version, dlc.torchrun_shutdown_seconds) == ((2, 8), 30)
 
 
 def test_affinity_gpu_nodes_and_away_from_unhealthy_ones(eks) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from llm_infra.cli import main
+from llm_infra.measured_run import read_runs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = ["--instances", "256", "--failure-rate", "0.05", "--gpu-hours", "1e7", "--price", "40"]
@@ -198,3 +199,75 @@ def test_an_unreadable_run_exits_2_naming_the_flag(capsys, tmp_path: Path, conte
     assert code == 2
     assert err.startswith(f"llm-infra: error: --from-run: {path}: ") and len(err.strip().splitlines()) == 1
     assert message in err
+
+
+# ---- the stop budget the run had: the start lines' shutdown_budget_seconds ----------------------------------
+def payload_log(tmp_path: Path, *records: dict[str, Any]) -> Path:
+    """A payload log of ``records``, one a second, as train.py writes them."""
+    path = tmp_path / "run.log"
+    path.write_text("".join(json.dumps({**r, "time": 1796370000.0 + i}) + "\n" for i, r in enumerate(records)))
+    return path
+
+
+def start(budget: float | None, **fields: Any) -> dict[str, Any]:
+    return {
+        "event": "start",
+        "world_size": 16,
+        "device": "cuda",
+        "restart": 0,
+        "shutdown_budget_seconds": budget,
+        **fields,
+    }
+
+
+def test_the_runs_budget_is_the_least_any_start_line_reported(tmp_path: Path) -> None:
+    # The pods say 300 s, but one node's torchrun (torch 2.8, the DLC's) gives its workers 30 s.
+    log = payload_log(
+        tmp_path,
+        start(300.0),
+        start(30.0),
+        {"event": "checkpoint", "step": 10, "seconds": 4.0, "stall_seconds": 1.0},
+        start(300.0, restart=1),
+    )
+    runs = read_runs([str(log)])
+    assert runs.shutdown_budget_seconds is not None
+    assert runs.shutdown_budget_seconds.value == 30.0
+    assert runs.shutdown_budget_seconds.how == "launcher's stop-signal-to-SIGKILL budget, least of 3 start lines"
+    assert runs.notes == ()  # a 4 s save fits 80 % of 30 s
+
+
+def test_saves_too_long_for_the_budget_and_skipped_final_saves_are_noted(tmp_path: Path) -> None:
+    log = payload_log(
+        tmp_path,
+        start(30.0),
+        *({"event": "checkpoint", "step": s, "seconds": s / 4, "stall_seconds": 2.0} for s in (100, 104, 108)),
+        {"event": "final_checkpoint_skipped", "step": 111, "reason": "budget"},
+    )
+    notes = read_runs([str(log)]).notes
+    assert notes == (
+        "1 stop skipped the final checkpoint (step 111): the work since the last checkpoint was lost",
+        "a save until committed takes 26 s (median), more than 80 % of the 30 s a stop leaves before SIGKILL: a stop "
+        "skips the final checkpoint and loses the work since the last one (raise the launcher's shutdown timeout, "
+        "or save faster)",
+    )
+
+
+@pytest.mark.parametrize("budget", [None, "absent"])
+def test_ray_train_and_older_payloads_report_no_budget(tmp_path: Path, budget: str | None) -> None:
+    record = start(None) if budget is None else {k: v for k, v in start(None).items() if k != "shutdown_budget_seconds"}
+    log = payload_log(tmp_path, record, {"event": "checkpoint", "step": 2, "seconds": 500.0, "stall_seconds": 1.0})
+    runs = read_runs([str(log)])
+    assert runs.shutdown_budget_seconds is None and runs.notes == ()
+
+
+@pytest.mark.torch
+def test_the_payloads_start_lines_carry_the_budget_torchrun_gives(payload_run, capsys) -> None:
+    stdout, _, records = payload_run
+    starts = [r for r in records if r.get("event") == "start"]
+    # torch 2.13's torchrun honours TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s (accelerator.shutdown_budget_seconds)
+    expected = float(os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT") or 30)
+    assert {r["shutdown_budget_seconds"] for r in starts} == {expected}
+    budget = read_runs([str(stdout)]).shutdown_budget_seconds
+    assert budget is not None and budget.value == expected
+    code, out, _ = run_cli(capsys, "plan", *JOB, "--from-run", str(stdout))
+    assert code == 0 and f"  shutdown_budget_seconds = {expected:g}  (" in out

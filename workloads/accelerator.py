@@ -11,12 +11,16 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
-# torchrun SIGKILLs its workers this long after forwarding SIGTERM (hard-coded in older torch;
-# `--shutdown-timeout` / TORCH_ELASTIC_SHUTDOWN_TIMEOUT where LaunchConfig has `shutdown_timeout`).
+# torchrun SIGKILLs its workers this long after forwarding SIGTERM: hard-coded where its LaunchConfig has no
+# `shutdown_timeout` (torch 2.8, the DLC's: `PContext.close(timeout=30)`, whatever the pod's
+# TORCH_ELASTIC_SHUTDOWN_TIMEOUT says); else the default of `--shutdown-timeout` / TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
 TORCHRUN_DEFAULT_SHUTDOWN_SECONDS = 30.0
-# hyperpodrun (hyperpod-elastic-agent 1.1.3, run.py) has its own `--shutdown-timeout`, whatever the torch
-# (default 15 s; it does not read TORCH_ELASTIC_SHUTDOWN_TIMEOUT). Its workers are told apart by the
-# agent's socket path, which elastic_agent/hyperpod_elastic_agent.py `_start_workers` sets for each.
+# hyperpodrun (hyperpod-elastic-agent 1.1.3, run.py) has its own `--shutdown-timeout` on the torch it supports
+# (< 2.12: torch 2.8's SimpleElasticAgent.run passes no timeout to the agent's _shutdown; default 15 s; it does
+# not read TORCH_ELASTIC_SHUTDOWN_TIMEOUT). Its graceful stop (the operator's /stop with
+# is_graceful: SIGUSR1) waits for the request's `timeout` instead when one is given, and that number stays in
+# the agent (server.py _api_stop -> _shutdown -> pcontext.close): no worker can learn it. Its workers are told
+# apart by the agent's socket path, which elastic_agent/hyperpod_elastic_agent.py `_start_workers` sets for each.
 HYPERPODRUN_DEFAULT_SHUTDOWN_SECONDS = 15.0
 HYPERPODRUN_WORKER_ENV = "HYPERPOD_ELASTICAGENT_SOCKET_SERVER_PATH"
 
@@ -66,11 +70,14 @@ def reduce_numbers(
 
 
 def shutdown_budget_seconds() -> float:
-    """Seconds between the launcher forwarding SIGTERM and its SIGKILL of this worker.
+    """Seconds between the launcher's stop signal (SIGTERM; hyperpodrun's graceful SIGUSR1) and its SIGKILL
+    of this worker.
 
     TORCH_ELASTIC_SHUTDOWN_TIMEOUT where the launcher honours it: torchrun when its LaunchConfig has
-    ``shutdown_timeout``; hyperpodrun, whose ``--shutdown-timeout`` the HyperPod job sets to the same
-    value (k8s_manifests/hyperpod_job.py). Else the launcher's default.
+    ``shutdown_timeout`` (torch 2.8's has none: 30 s); hyperpodrun, whose ``--shutdown-timeout`` the HyperPod
+    job sets to the same value (k8s_manifests/hyperpod_job.py). Else the launcher's default. A graceful
+    ``/stop`` with its own ``timeout`` gets that instead, unseen here: a shorter one can kill a final save
+    midway (never committed: the run resumes from the checkpoint before), a longer one is left unused.
     """
     value = os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
     if os.environ.get(HYPERPODRUN_WORKER_ENV):

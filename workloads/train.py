@@ -469,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     """torchrun's entry point: the flags, the process group, SIGTERM as the stop request, the run."""
     config = parse_config(argv)
     runtime = init_distributed(config.pg_timeout_seconds)
-    stop = StopSignal(shutdown_budget_seconds()).on_sigterm()
+    stop = StopSignal(shutdown_budget_seconds()).on_stop_signals()
     code = train(config, runtime, stop)
     dist.destroy_process_group()
     return code
@@ -563,6 +563,7 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
             "global_batch": batching.global_batch,
             "accumulation": batching.accumulation,
             "samples": progress.samples,
+            "shutdown_budget_seconds": stop.known_budget_seconds,
         },
         every_node=True,
     )
@@ -636,7 +637,7 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
     if checkpoints:
         checkpoints.close()
     if progress.step < config.steps:
-        stopped = {"event": "stopped", "reason": "SIGTERM", "step": progress.step, "exit_code": STOPPED_EXIT_CODE}
+        stopped = {"event": "stopped", "reason": stop.reason, "step": progress.step, "exit_code": STOPPED_EXIT_CODE}
         emit(runtime, stopped, every_node=True)
         return STOPPED_EXIT_CODE
 

@@ -105,6 +105,8 @@ class Inputs:
     measured: dict[str, Measurement]  # input (in the unit its name says) -> the measurement used
     overridden: list[str]  # measurements a flag overrode, in words
     step_seconds: Measurement | None
+    shutdown_budget_seconds: Measurement | None = None  # from a stop signal to the launcher's SIGKILL
+    notes: tuple[str, ...] = ()  # what the run's stops tell (skipped final saves, saves too long)
 
 
 def _number_or_preset(flag: str, text: str, presets: dict[str, Preset]) -> float:
@@ -167,7 +169,7 @@ def inputs_from(args: argparse.Namespace) -> Inputs:
         price_per_instance_hour=args.price if args.price is not None else PRICE_PRESETS[args.price_preset],
     )
     job.validate()
-    return Inputs(job, measured, overridden, runs.step_seconds)
+    return Inputs(job, measured, overridden, runs.step_seconds, runs.shutdown_budget_seconds, runs.notes)
 
 
 def _instance_mtbf_hours(args: argparse.Namespace) -> float:
@@ -210,6 +212,9 @@ def run_plan(args: argparse.Namespace) -> int:
             payload["measured"] = {name: m.value for name, m in inputs.measured.items()}
             if inputs.step_seconds:
                 payload["daly_interval_steps"] = result.daly_interval_minutes * 60 / inputs.step_seconds.value
+            if inputs.shutdown_budget_seconds:
+                payload["shutdown_budget_seconds"] = inputs.shutdown_budget_seconds.value
+            payload["notes"] = list(inputs.notes)
         print(json.dumps(payload))
         return 0
     print_plan(inputs, result, args.model)
@@ -234,14 +239,19 @@ def print_plan(inputs: Inputs, result: Plan, chosen: str) -> None:
         f"{every_steps} (Daly; Young: {result.young_interval_minutes:.1f} min), "
         f"stall {job.checkpoint_stall_hours * 3600:g} s"
     )
-    if inputs.measured or inputs.step_seconds or inputs.overridden:
+    if inputs.measured or inputs.step_seconds or inputs.overridden or inputs.shutdown_budget_seconds or inputs.notes:
         print("from the run:")
         for name, measurement in inputs.measured.items():
             print(f"  {name} = {measurement.value:.4g}  (measured: {measurement.how})")
         if inputs.step_seconds:
             print(f"  step_seconds = {inputs.step_seconds.value:.4g}  ({inputs.step_seconds.how})")
+        if inputs.shutdown_budget_seconds:
+            budget = inputs.shutdown_budget_seconds
+            print(f"  shutdown_budget_seconds = {budget.value:.4g}  ({budget.how})")
         for line in inputs.overridden:
             print(f"  not used: {line}")
+        for note in inputs.notes:
+            print(f"  note: {note}")
     sized = job.gpu_hours is not None
     header = ["model", "recovery", "downtime/failure", "$/failure", "goodput"] + (["wall days", "cost $"] * sized)
     rows = []
