@@ -15,6 +15,15 @@ JOB_LABEL = "llm-infra.aws/job"
 RDZV_PORT = 29400
 
 
+def worker_restart_policy(args: list[str]) -> str:
+    """``OnFailure``, except for a job that ends in a verdict: ``ExitCode``, under which the training operator
+    retries a pod only for exit codes 128-255 (a signal: a lost or evicted node) and fails the job for 1-127
+    (Kubeflow training operator v1, ``RestartPolicyExitCode``). A failed verdict makes torchrun exit 1 once
+    its own restarts are spent, so it is not retried until ``backoffLimit``: a verdict is not a fault a
+    restart cures."""
+    return "ExitCode" if "--verdict" in args else "OnFailure"
+
+
 def kubeflow_pytorch_job(
     scope: Construct,
     construct_id: str,
@@ -68,7 +77,7 @@ def kubeflow_pytorch_job(
                 "nprocPerNode": str(values.profile.gpus),
                 "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": values.job_max_retries},
                 "pytorchReplicaSpecs": {
-                    "Worker": {"replicas": nodes, "restartPolicy": "OnFailure", "template": template}
+                    "Worker": {"replicas": nodes, "restartPolicy": worker_restart_policy(args), "template": template}
                 },
             }
         },

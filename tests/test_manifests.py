@@ -287,7 +287,11 @@ def test_validation_suite(eks) -> None:
     assert "/workloads/allreduce_bench.py" in allreduce and "--min-busbw-gbps=375" in allreduce
     assert "--sizes=8M,64M,512M,2G" in allreduce
     assert "--expect-efa-transport" in allreduce  # two nodes over EFA: no socket fallback may pass
-    training = pod_spec(by_kind(eks, "PyTorchJob", "validation-3-training"))["containers"][0]["command"]
+    training_job = by_kind(eks, "PyTorchJob", "validation-3-training")
+    training = pod_spec(training_job)["containers"][0]["command"]
+    # A failed verdict is final: the operator retries a pod only when a signal ended it (a lost node).
+    assert training_job["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "ExitCode"
+    assert by_kind(eks, "PyTorchJob", "train")["spec"]["pytorchReplicaSpecs"]["Worker"]["restartPolicy"] == "OnFailure"
     assert {"--preset=tiny", "--verdict", "--fail-at-step=30"} <= set(training)
 
 

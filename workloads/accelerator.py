@@ -55,16 +55,25 @@ def exit_process(code: int) -> NoReturn:
 
 
 def reduce_numbers(
-    values: Sequence[float],
+    values: Sequence[float | torch.Tensor],
     device: torch.device,
     op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
 ) -> list[float]:
     """All-reduce a few numbers over the default group, in a tensor on the training device.
 
     NCCL takes device tensors only ("No backend type associated with device type cpu"); gloo takes
-    both, so a CPU run cannot tell. Every small collective of the payload goes through here.
+    both, so a CPU run cannot tell. Every small collective of the payload goes through here. A value
+    may be a one-element tensor already on the device (a step's loss): it joins without a host sync, and
+    the one sync is reading the result.
     """
-    tensor = torch.tensor(list(values), dtype=torch.float64, device=device)
+    tensor = torch.stack(
+        [
+            v.detach().reshape(()).to(device=device, dtype=torch.float64)
+            if isinstance(v, torch.Tensor)
+            else torch.tensor(float(v), dtype=torch.float64, device=device)
+            for v in values
+        ]
+    )
     dist.all_reduce(tensor, op=op)
     return [float(v) for v in tensor.tolist()]
 

@@ -106,21 +106,22 @@ class DirectoryStorage:
 
 @dataclass(frozen=True)
 class SaveSchedule:
-    """When to save: every N steps, every T seconds, or Daly's optimum from the MTBF and the
-    measured save stall (the first save, with nothing measured yet, comes after one step)."""
+    """When to save: every N steps, every T seconds, or Daly's optimum from the job's MTBF (the whole
+    job's: one instance's divided by the nodes) and the measured save stall (the first save, with
+    nothing measured yet, comes after one step)."""
 
     every_steps: int | None = None
     every_seconds: float | None = None
-    mtbf_hours: float | None = None
+    job_mtbf_hours: float | None = None
 
     def due(self, step: int, since_last_save: float, step_seconds: float, save_stall: float | None) -> bool:
         if self.every_steps is not None:
             return step % self.every_steps == 0
         if self.every_seconds is not None:
             return since_last_save >= self.every_seconds
-        if self.mtbf_hours is not None:
+        if self.job_mtbf_hours is not None:
             stall = save_stall if save_stall else max(step_seconds, 1e-3)
-            return since_last_save >= daly_interval(stall, self.mtbf_hours * 3600.0)
+            return since_last_save >= daly_interval(stall, self.job_mtbf_hours * 3600.0)
         return False
 
 
@@ -224,6 +225,16 @@ class CheckpointManager:
             return directory_storage
         storage = TieredStorage(shared[0], world_size, tiered.tiered_s3_uri, tiered.tiered_s3_every)
         self.log({"event": "checkpoint_storage", **storage.describe()})
+        if self.keep > tiered_storage.MEMORY_TIER_STEPS_RETAINED:
+            self.log(
+                {
+                    "event": "checkpoint_retention",
+                    "keep": self.keep,
+                    "memory_tier_keeps": tiered_storage.MEMORY_TIER_STEPS_RETAINED,
+                    "reason": "the memory tier keeps its newest 3 steps (failed saves included): older "
+                    "checkpoints load only from S3",
+                }
+            )
         return storage
 
     def _newest_save_index(self) -> int:
@@ -429,14 +440,22 @@ class CheckpointManager:
         return CheckpointFailed(message)
 
     def _prune(self) -> None:
-        """Keep the newest ``keep`` and, when none of them is durable, the newest durable one."""
+        """Keep the newest ``keep`` and, when none of them is durable, the newest durable one. A pruned
+        tiered checkpoint's data goes too (its memory-tier step and S3 objects), so the tiers hold what
+        ``keep`` says; what cannot be deleted is logged, never fatal."""
         committed = self.committed()
         kept = committed[: self.keep]
         if not any(_durable(_read_marker(path)) for path in kept):
             kept += [path for path in committed[self.keep :] if _durable(_read_marker(path))][:1]
         for old in committed:
-            if old not in kept:
-                shutil.rmtree(old, ignore_errors=True)
+            if old in kept:
+                continue
+            marker = _read_marker(old)
+            shutil.rmtree(old, ignore_errors=True)
+            if marker and marker.get("storage") == tiered_storage.STORAGE_NAME:
+                problems = tiered_storage.delete(marker)
+                if problems:
+                    self.log({"event": "checkpoint_prune_incomplete", "path": str(old), "reason": "; ".join(problems)})
 
     # ---- loading -------------------------------------------------------------------------
     def committed(self) -> list[Path]:

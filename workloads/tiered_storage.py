@@ -28,6 +28,9 @@ STORAGE_NAME = "tiered"
 MEMORY_TIER = "memory"
 S3_TIER = "s3"
 PROBE_TIMEOUT_SECONDS = 5.0
+# Steps the memory tier keeps per namespace, whatever we ask (the client creates every namespace with
+# its default: storage/clients/inmemory/inmemory_client.py ``steps_retained=3``); a failed save's step counts.
+MEMORY_TIER_STEPS_RETAINED = 3
 # The library's namespace rule (README: "alphanumeric, hyphens, and underscores").
 _NAMESPACE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 # An S3 URI with a bucket name as S3 allows it (3-63 lowercase letters, digits, dots, hyphens).
@@ -180,3 +183,49 @@ def load_sources(marker: dict[str, Any]) -> list[tuple[str, Callable[[], dict[st
 def is_durable(marker: dict[str, Any]) -> bool:
     """Whether a tiered checkpoint outlives the cluster's memory (it went to S3)."""
     return S3_TIER in marker.get("tiers", [])
+
+
+def delete(marker: dict[str, Any]) -> list[str]:
+    """Delete a pruned tiered checkpoint's data: its step in the memory tier (every rank's shard and the
+    metadata) and, when it went to S3, its objects (``<s3_uri>/<namespace>/rank_R/step_N/...``, the
+    library's DefaultS3PathStrategy). Best effort: what could not be deleted, in words."""
+    from amzn_sagemaker_checkpointing.storage.clients.inmemory.inmemory_client import InMemoryCheckpointClient
+
+    namespace, world_size, step = marker["namespace"], int(marker["world_size"]), int(marker["step"])
+    problems = []
+    quiet = logging.getLogger("tiered_storage.delete")
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    client = InMemoryCheckpointClient(namespace, "0", str(world_size), logger=quiet)
+    try:
+        for rank in range(world_size):
+            client.delete_checkpoint(step, rank=rank)
+        client.delete_checkpoint(step, metadata_index=0)
+    except Exception as exc:  # noqa: BLE001 - the tier may have dropped it already (it keeps 3 steps)
+        problems.append(f"memory tier: {_describe(exc)}")
+    finally:
+        client.close()
+    if S3_TIER in marker.get("tiers", []) and marker.get("s3_uri"):
+        try:
+            _delete_s3_step(marker["s3_uri"], namespace, step)
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"S3 {marker['s3_uri']}: {_describe(exc)}")
+    return problems
+
+
+def _delete_s3_step(s3_uri: str, namespace: str, step: int) -> None:
+    """Every object of ``step`` under the namespace's prefix, through the library's S3 client (CRT)."""
+    import os
+
+    from amzn_sagemaker_checkpointing.checkpointing.filesystem.checkpoint_helpers import CheckpointHelpers
+    from s3torchconnector._s3client import S3Client
+
+    bucket, _, base = s3_uri.removeprefix("s3://").partition("/")
+    prefix = f"{base.strip('/')}/{namespace}/".lstrip("/")
+    region = CheckpointHelpers.get_bucket_location(s3_base_path=s3_uri)
+    client = S3Client(region, endpoint=os.environ.get("AWS_ENDPOINT_URL"))
+    marker = f"/step_{step}/"
+    for page in client.list_objects(bucket, prefix):
+        for item in page.object_info:
+            if marker in f"/{item.key[len(prefix) :]}":
+                client.delete_object(bucket, item.key)

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds, synchronize
+from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds
 from checkpointing import CheckpointManager, SaveSchedule
 from data import Prefetcher, SyntheticTokens, TokenFile
 from faults import FaultInjector
@@ -40,21 +40,32 @@ from throughput import ThroughputMonitor
 from tiered_storage import TieredCheckpointOptions
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     get_state_dict,
     set_state_dict,
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
 # none; selective (torchtitan's op policy: keep matmul and attention outputs, recompute the cheap
 # elementwise ops); full (recompute each block).
 ACTIVATION_CHECKPOINTING = ("none", "selective", "full")
 ADAM_BETAS = (0.9, 0.95)  # Llama's
-# Dense bf16 peak TFLOP/s per GPU, for MFU.
-PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0}
+# Dense bf16 peak TFLOP/s per GPU, for MFU, by a fragment of torch.cuda.get_device_name, most specific
+# first (NVIDIA data sheets: H100 SXM 989, H100 NVL 835, H100 PCIe 756, H200 989, A100 312, L40S 362,
+# A10G 125).
+PEAK_TFLOPS = (
+    ("H100 NVL", 835.0),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.0),
+    ("H200", 989.0),
+    ("A100", 312.0),
+    ("L40S", 362.0),
+    ("A10G", 125.0),
+)
+VERDICT_FAILED_EXIT_CODE = 3  # a failed --verdict: not a fault a restart cures (the pods do not retry it)
 
 
 @dataclass
@@ -73,6 +84,7 @@ class TrainConfig(TieredCheckpointOptions):  # --tiered-* flags: see tiered_stor
     checkpoint_every: int | None = None
     checkpoint_interval_seconds: float | None = None
     mtbf_hours: float | None = None
+    job_mtbf_hours: float | None = None
     keep_checkpoints: int = 3
     async_checkpoint: bool = False
     activation_checkpointing: str = "selective"
@@ -104,16 +116,21 @@ class TrainConfig(TieredCheckpointOptions):  # --tiered-* flags: see tiered_stor
             errors.append(
                 f"--global-batch-size: {self.global_batch_size} is not a multiple of --batch-size {self.batch_size}"
             )
-        schedules = [self.checkpoint_every, self.checkpoint_interval_seconds, self.mtbf_hours]
+        schedules = [self.checkpoint_every, self.checkpoint_interval_seconds, self.mtbf_hours, self.job_mtbf_hours]
         if sum(s is not None for s in schedules) > 1:
             errors.append(
-                "--checkpoint-every, --checkpoint-interval-seconds and --mtbf-hours are alternatives: pick one"
+                "--checkpoint-every, --checkpoint-interval-seconds, --mtbf-hours and --job-mtbf-hours are "
+                "alternatives: pick one"
             )
+        for flag, hours in (("--mtbf-hours", self.mtbf_hours), ("--job-mtbf-hours", self.job_mtbf_hours)):
+            if hours is not None and hours <= 0:
+                errors.append(f"{flag}: {hours} must be > 0 (hours)")
         needs_dir = {
             "--async-checkpoint": self.async_checkpoint,
             "--checkpoint-every": self.checkpoint_every is not None,
             "--checkpoint-interval-seconds": self.checkpoint_interval_seconds is not None,
             "--mtbf-hours": self.mtbf_hours is not None,
+            "--job-mtbf-hours": self.job_mtbf_hours is not None,
             "--fail-in-checkpoint-at-step": self.fail_in_checkpoint_at_step is not None,
             "--fail-in-checkpoint-load": self.fail_in_checkpoint_load,
             "--fail-in-checkpoint-save-at-step": self.fail_in_checkpoint_save_at_step is not None,
@@ -166,6 +183,50 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
     return config_from_args(parser.parse_args(argv), parser)
 
 
+# Each flag's help: what it is, in which unit (the default is added from TrainConfig).
+FLAG_HELP = {
+    "preset": f"model size: {', '.join(PRESETS)}",
+    "steps": "optimizer steps to train to (a resumed run continues to this step)",
+    "seed": "seed of the model's initialisation and of the data order",
+    "batch_size": "samples per rank per micro-step (with --global-batch-size: the micro-batch)",
+    "global_batch_size": "samples per optimizer step over all ranks, kept at any world size by gradient "
+    "accumulation; must be a multiple of world size x --batch-size (unset: --batch-size per rank)",
+    "seq_len": "tokens per sample",
+    "lr": "peak learning rate (after warm-up; cosine decay to 10 %% of it)",
+    "warmup_steps": "steps of linear learning-rate warm-up",
+    "data": "'synthetic', or the path of a token file (uint16/uint32 ids, e.g. on FSx)",
+    "data_dtype": "token file dtype: uint16 or uint32",
+    "checkpoint_dir": "where checkpoints are committed (FSx on the cluster); the run resumes from the newest",
+    "checkpoint_every": "save every N steps",
+    "checkpoint_interval_seconds": "save every N seconds of training (wall clock)",
+    "mtbf_hours": "save at Daly's optimum for one instance's mean time between failures in hours, as in "
+    "`llm-infra plan` (the job's MTBF is this / the number of nodes, taken from the world)",
+    "job_mtbf_hours": "save at Daly's optimum for this whole-job mean time between failures, in hours",
+    "keep_checkpoints": "committed checkpoints kept (plus the newest durable one, for tiered storage)",
+    "async_checkpoint": "write checkpoints in the background; training waits only for staging",
+    "activation_checkpointing": "none, selective (recompute every second matmul and the cheap ops, as "
+    "torchtitan) or full (recompute each block)",
+    "weight_decay": "AdamW weight decay",
+    "compile": "torch.compile each block (fullgraph: a graph break fails loudly)",
+    "pg_timeout_seconds": "process-group timeout in seconds: a collective waiting longer fails the run",
+    "fail_at_step": "fault injection: --fail-rank exits before this step (first attempt only)",
+    "fail_rank": "fault injection: the rank that fails (default 0)",
+    "fail_in_checkpoint_at_step": "fault injection: die after writing this step's shards, before the commit",
+    "fail_in_checkpoint_load": "fault injection: an I/O error reading the newest checkpoint's shards",
+    "fail_in_checkpoint_save_at_step": "fault injection: an I/O error writing this step's shards",
+    "fail_memory_tier_at_load": "fault injection: the memory tier has nothing for this rank at load",
+    "fail_memory_tier_at_step": "fault injection: the memory tier refuses this rank's shards of this step",
+    "verdict": "end with a pass/fail verdict line (the loss fell, the run ends on a complete checkpoint); "
+    f"a failed verdict exits {VERDICT_FAILED_EXIT_CODE}",
+    "log_every": "print a step line every N steps (also when host syncs happen: timing, MFU)",
+    "throughput_interval_s": "seconds between throughput heartbeat lines (each node's first process)",
+    "tiered_checkpointing": "HyperPod managed tiered checkpointing: memory tier on every save (falls back to "
+    "the checkpoint dir when unreachable)",
+    "tiered_s3_uri": "s3://bucket/prefix of the tiered storage's S3 copies",
+    "tiered_s3_every": "every N-th save also goes to --tiered-s3-uri",
+}
+
+
 def config_parser(description: str | None) -> argparse.ArgumentParser:
     """A parser with every :class:`TrainConfig` flag and ``--config``; launchers (ray_train.py) add their own."""
     parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
@@ -174,11 +235,13 @@ def config_parser(description: str | None) -> argparse.ArgumentParser:
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
+        shown = "off" if default is False else "unset" if default is None else default
+        help_text = f"{FLAG_HELP[f.name]} (default: {shown})"
         if isinstance(default, bool):
-            parser.add_argument(flag, action="store_true", default=None)
+            parser.add_argument(flag, action="store_true", default=None, help=help_text)
         else:
             kind = {"int": int, "float": float, "str": str}[str(f.type).split(" ")[0].replace("'", "")]
-            parser.add_argument(flag, type=kind, default=None)
+            parser.add_argument(flag, type=kind, default=None, help=help_text)
     return parser
 
 
@@ -223,6 +286,13 @@ class Runtime:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def nodes(self) -> int:
+        """The job's nodes: the world over the processes per node (LOCAL_WORLD_SIZE, which torchrun,
+        hyperpodrun and Ray Train set; one node without it)."""
+        per_node = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size))
+        return max(1, self.world_size // max(1, per_node))
 
     @property
     def is_node_main(self) -> bool:
@@ -285,7 +355,7 @@ def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
     for index, block in enumerate(model.layers):
         block = checkpointed(block, config.activation_checkpointing)
         if config.compile:
-            block.compile()
+            block.compile(fullgraph=True)  # a graph break fails loudly instead of running slowly
         fully_shard(block, mp_policy=policy)
         model.layers[index] = block
     if not model.args.tie_embeddings:
@@ -297,22 +367,39 @@ def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
     return model
 
 
-# The ops whose outputs selective activation checkpointing keeps (those this torch has).
+# The ops whose outputs selective activation checkpointing keeps (those this torch has), as torchtitan's
+# op-level policy: attention, matmuls (but every second one is recomputed), FSDP's reduce-scatter.
 _SAVED_OPS = {
-    getattr(torch.ops.aten, name).default
-    for name in (
-        "mm",
-        "_scaled_dot_product_flash_attention",
-        "_scaled_dot_product_efficient_attention",
-        "_scaled_dot_product_cudnn_attention",
-        "_scaled_dot_product_flash_attention_for_cpu",
+    getattr(namespace, name).default
+    for namespace, name in (
+        (torch.ops.aten, "mm"),
+        (torch.ops.aten, "_scaled_dot_product_flash_attention"),
+        (torch.ops.aten, "_scaled_dot_product_efficient_attention"),
+        (torch.ops.aten, "_scaled_dot_product_cudnn_attention"),
+        (torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"),
+        (torch.ops._c10d_functional, "reduce_scatter_tensor"),
     )
-    if hasattr(torch.ops.aten, name)
+    if hasattr(namespace, name)
 }
 
 
-def _keep_expensive_outputs(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
-    return CheckpointPolicy.MUST_SAVE if op in _SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+def _selective_policy() -> Callable[..., CheckpointPolicy]:
+    """Keep the expensive outputs, recompute every second matmul (torchtitan's ``mm`` counting: about
+    half the matmul memory for one extra matmul in four) and the cheap elementwise ops. One policy per
+    forward and its recomputation, so both count the same matmuls."""
+    matmuls = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        if op not in _SAVED_OPS:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        if op is torch.ops.aten.mm.default:
+            phase = "recompute" if ctx.is_recompute else "forward"
+            matmuls[phase] += 1
+            if matmuls[phase] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE
+
+    return policy
 
 
 def checkpointed(block: torch.nn.Module, mode: str) -> torch.nn.Module:
@@ -324,7 +411,7 @@ def checkpointed(block: torch.nn.Module, mode: str) -> torch.nn.Module:
     return checkpoint_wrapper(
         block,
         preserve_rng_state=False,
-        context_fn=lambda: create_selective_checkpoint_contexts(_keep_expensive_outputs),
+        context_fn=lambda: create_selective_checkpoint_contexts(_selective_policy()),
     )
 
 
@@ -408,13 +495,16 @@ class Progress:
     step: int = 0
     initial_loss: float = float("nan")
     samples: int = 0
+    loss: float = float("nan")  # the last step's mean loss: a run resumed at its end still has it
 
 
 @dataclass
 class StepAgreement:
-    """What each rank brings to the one small all-reduce after every step."""
+    """What each rank brings to the one small all-reduce after every step: the step's one host sync
+    (stop, save and commit must be decided alike on every rank, every step); the loss stays on the
+    device until then."""
 
-    loss: float
+    loss: torch.Tensor
     stop: bool  # this rank was asked to stop
     save_due: bool  # this rank's checkpoint schedule says save now
     write_done: bool  # this rank has no background checkpoint write in flight
@@ -454,14 +544,20 @@ def emit(runtime: Runtime, record: dict[str, Any], *, every_node: bool = False) 
 
 
 def param_sha256(model: torch.nn.Module) -> str:
-    """SHA-256 of the full (gathered) parameters in name order; a collective, every rank calls it."""
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    """SHA-256 of the full parameters (fp32 bytes) in name order: the same value at any world size.
+
+    A collective: every rank calls it. Parameters are gathered one at a time (each DTensor's
+    ``full_tensor``) and hashed on rank 0, so no rank ever holds the whole model (about 280 GB at 70B)."""
+    sharded = get_model_state_dict(model)
     digest = hashlib.sha256()
-    for name in sorted(full):
-        tensor = full[name]
+    for name in sorted(sharded):
+        tensor = sharded[name]
         assert isinstance(tensor, torch.Tensor), name
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().contiguous().numpy().tobytes())
+        full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+        if dist.get_rank() == 0:
+            digest.update(name.encode())
+            digest.update(full.detach().float().cpu().contiguous().numpy().tobytes())
+        del full
     return digest.hexdigest()
 
 
@@ -530,7 +626,9 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
             Path(config.checkpoint_dir),
             state=run_state,
             apply=apply_state,
-            schedule=SaveSchedule(config.checkpoint_every, config.checkpoint_interval_seconds, config.mtbf_hours),
+            schedule=SaveSchedule(
+                config.checkpoint_every, config.checkpoint_interval_seconds, job_mtbf_hours(config, runtime)
+            ),
             keep=config.keep_checkpoints,
             async_save=config.async_checkpoint,
             log=lambda r: emit(runtime, r),
@@ -543,14 +641,7 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
 
     tokens_per_step = batching.global_batch * config.seq_len
     flops = flops_per_token(args, config.seq_len)
-    peak = next(
-        (
-            v
-            for k, v in PEAK_TFLOPS.items()
-            if runtime.device.type == "cuda" and k in torch.cuda.get_device_name(runtime.device)
-        ),
-        None,
-    )
+    peak = peak_tflops(torch.cuda.get_device_name(runtime.device)) if runtime.device.type == "cuda" else None
     emit(
         runtime,
         {
@@ -571,8 +662,8 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
     throughput = ThroughputMonitor(lambda r: emit(runtime, r, every_node=True), interval_s=config.throughput_interval_s)
     if runtime.is_node_main:
         throughput.start()
-    loss_value = float("nan")
-    loop_started, steps_run = time.perf_counter(), 0
+    loss_value = progress.loss  # a run resumed at its last step judges with the loss it ended on
+    loop_started, steps_run, last_step_seconds = time.perf_counter(), 0, 0.0
     while progress.step < config.steps:
         step = progress.step
         faults.before_step(step)
@@ -588,20 +679,20 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
-        synchronize(runtime.device)  # the step ends when the device is done, not when it was queued
-        step_seconds = time.perf_counter() - started
-        steps_run += 1
         progress.step = step + 1
         progress.samples += batching.global_batch
-        throughput.add(tokens_per_step, progress.step)
-        # One small collective per step: mean loss, and agreement on stopping, saving and committing.
+        # One small collective per step: mean loss, and agreement on stopping, saving and committing. Reading
+        # its result is the step's only host sync: the step ends when the device is done with it.
         agreed = StepAgreement(
-            loss=loss.detach().float().item(),
+            loss=loss,
             stop=stop.requested,
-            save_due=checkpoints.due(progress.step, step_seconds) if checkpoints else False,
+            save_due=checkpoints.due(progress.step, last_step_seconds) if checkpoints else False,
             write_done=checkpoints.write_done if checkpoints else True,
         ).reduce(runtime)
-        loss_value = agreed.mean_loss
+        step_seconds = last_step_seconds = time.perf_counter() - started
+        steps_run += 1
+        throughput.add(tokens_per_step, progress.step)
+        loss_value = progress.loss = agreed.mean_loss
         if checkpoints:
             checkpoints.commit_if_durable(agreed.ranks_done_writing)
         if math.isnan(progress.initial_loss):
@@ -660,6 +751,19 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
     return code
 
 
+def job_mtbf_hours(config: TrainConfig, runtime: Runtime) -> float | None:
+    """The whole job's MTBF: ``--job-mtbf-hours``, or ``--mtbf-hours`` (one instance's, as `llm-infra plan`
+    means it) over the job's nodes."""
+    if config.job_mtbf_hours is not None:
+        return config.job_mtbf_hours
+    return None if config.mtbf_hours is None else config.mtbf_hours / runtime.nodes
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """Dense bf16 peak TFLOP/s of a GPU by its name (PEAK_TFLOPS), None when unknown."""
+    return next((tflops for fragment, tflops in PEAK_TFLOPS if fragment in device_name), None)
+
+
 def report_verdict(runtime: Runtime, summary: dict[str, Any], checkpoints: CheckpointManager | None) -> int:
     """The validation job's verdict: the loss fell and the run ends on a complete checkpoint."""
     newest = checkpoints.committed()[0].name if checkpoints and checkpoints.committed() else None
@@ -673,7 +777,7 @@ def report_verdict(runtime: Runtime, summary: dict[str, Any], checkpoints: Check
         "resumed_from": summary["resumed_from"],
     }
     emit(runtime, verdict)
-    return 0 if verdict["verdict"] == "pass" else 1
+    return 0 if verdict["verdict"] == "pass" else VERDICT_FAILED_EXIT_CODE
 
 
 if __name__ == "__main__":

@@ -134,6 +134,27 @@ def test_verdict_passes_when_loss_falls_and_checkpoint_is_complete(tmp_path: Pat
     assert verdict["resumed_from"] == 10
 
 
+def test_a_run_resumed_at_its_end_keeps_its_verdict(tmp_path: Path) -> None:
+    """A restart after the final checkpoint trains nothing: it judges with the loss the run ended on
+    (saved in the checkpoint), so a pass stays a pass instead of failing on a missing loss."""
+    args = ["--steps=20", f"--checkpoint-dir={tmp_path}", "--checkpoint-every=10", "--verdict"]
+    first = train(args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = train(args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert summary(again.stdout)["loss"] == summary(first.stdout)["loss"]
+    assert json_lines(again.stdout)[-1]["verdict"] == "pass"
+
+
+def test_a_failed_verdict_exits_with_its_own_code(tmp_path: Path) -> None:
+    """A verdict that fails (one step: the loss cannot have fallen) is not a fault a restart cures: the
+    workers exit 3, which torchrun reports as the failure, and the pods do not retry it."""
+    judged = train(["--steps=1", f"--checkpoint-dir={tmp_path}", "--verdict"], max_restarts=0)
+    verdict = json_lines(judged.stdout)[-1]
+    assert verdict["verdict"] == "fail" and verdict["checks"]["loss_fell"] is False
+    assert "exitcode: 3" in judged.stderr and judged.returncode != 0
+
+
 def test_checkpointing_does_not_change_the_training(reference_run) -> None:
     # DCP initialises empty optimizer state with a zero-lr step (Adam's step count 1); the payload does
     # the same without a checkpoint dir, so a run that never checkpoints trains identically.
@@ -143,8 +164,8 @@ def test_checkpointing_does_not_change_the_training(reference_run) -> None:
 
 
 def test_activation_checkpointing_changes_memory_not_the_math(reference_run) -> None:
-    # Recomputing activations (selective: elementwise ops only; full: whole blocks) must give the same
-    # gradients as keeping them: bit-identical parameters after the same steps.
+    # Recomputing activations (selective: every second matmul and the elementwise ops; full: whole
+    # blocks) must give the same gradients as keeping them: bit-identical parameters after the same steps.
     for mode in ("none", "full"):
         result = train(["--steps=10", f"--activation-checkpointing={mode}"])
         assert result.returncode == 0, result.stderr[-3000:]

@@ -75,7 +75,9 @@ class MemoryTier:
 
     def stored(self) -> dict[str, dict[int, list[int]]]:
         with self.lock:
-            return {ns: {step: sorted(ranks) for step, ranks in steps.items()} for ns, steps in self.shards.items()}
+            return {
+                ns: {step: sorted(ranks) for step, ranks in steps.items() if ranks} for ns, steps in self.shards.items()
+            }
 
     def answer(self, method: str, path: str, query: dict[str, str], body: bytes, shard_meta: str | None):
         """(status, body, headers) for one request of the protocol."""
@@ -277,9 +279,9 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
     assert storage["memory_tier"] == "http://ai-toolkit-gossip-headless.aws-hyperpod.svc.cluster.local:9200"
     namespace = storage["namespace"]
     assert namespace.endswith("-w2")
-    # Saves 1, 2, 3 at steps 2, 4, 6: all in memory (ranks 0, 1 and the metadata as rank 2; the
-    # double keeps what the namespace retains), the 2nd also in S3.
-    assert memory_tier.stored()[namespace] == {2: [0, 1, 2], 4: [0, 1, 2], 6: [0, 1, 2]}
+    # Saves 1, 2, 3 at steps 2, 4, 6: all in memory (ranks 0, 1 and the metadata as rank 2), the 2nd
+    # also in S3. keep=1 keeps step 6 and the newest durable one, 4: step 2 is gone from the tier too.
+    assert memory_tier.stored()[namespace] == {4: [0, 1, 2], 6: [0, 1, 2]}
     assert s3_keys(f"{tmp_path.name}/{namespace}/") == [
         "rank_0/step_4/checkpoint.pt",
         "rank_0/step_4/metadata.metadata",
@@ -309,7 +311,8 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
     assert again.returncode == 0, again.stderr[-3000:]
     (skipped,) = events(again.stdout, "checkpoint_skipped")
     assert skipped["path"].endswith("step-00000006")
-    assert skipped["reason"] == f"memory: LookupError: step 6 of namespace {namespace} is not in the memory tier"
+    missing = f"LookupError: step 6 of namespace {namespace} is not in the memory tier"
+    assert skipped["reason"] == f"memory: rank 0: {missing}; rank 1: {missing}"  # every rank's outcome
     (resume,) = events(again.stdout, "resume")
     assert (resume["step"], resume["source"]) == (4, "s3")
     assert summary(again.stdout)["param_sha256"] == reference_run["param_sha256"]
@@ -318,6 +321,14 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
         (6, ["memory", "s3"]),
         (8, ["memory"]),
         (10, ["memory", "s3"]),
+    ]
+    # Retention follows keep=1 in the tiers as on disk: only step 10 is left, in memory and in S3.
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000010"]
+    assert memory_tier.stored()[namespace] == {10: [0, 1, 2]}
+    assert s3_keys(f"{tmp_path.name}/{namespace}/") == [
+        "rank_0/step_10/checkpoint.pt",
+        "rank_0/step_10/metadata.metadata",
+        "rank_1/step_10/checkpoint.pt",
     ]
 
 

@@ -57,7 +57,7 @@ def test_unknown_flags_and_keys_are_errors(tmp_path: Path, capsys) -> None:
 
 def test_daly_schedule_uses_the_measured_stall() -> None:
     # MTBF 1 h, save stall 2 s: Daly's interval is ~118 s of training between checkpoints.
-    schedule = checkpointing.SaveSchedule(mtbf_hours=1.0)
+    schedule = checkpointing.SaveSchedule(job_mtbf_hours=1.0)
     assert not schedule.due(1, since_last_save=100, step_seconds=0.01, save_stall=2.0)
     assert schedule.due(1, since_last_save=120, step_seconds=0.01, save_stall=2.0)
     # A slower save moves the next checkpoint out (sqrt(2 * 8 * 3600) = 240 s).
@@ -84,3 +84,55 @@ def test_exit_process_keeps_buffered_output_and_the_exit_code() -> None:
     )
     assert child.returncode == 3
     assert child.stdout == '{"event": "summary"}\n' and child.stderr == "bye"
+
+
+def test_every_flag_has_help_with_its_default_and_no_markup() -> None:
+    parser = train.config_parser(None)
+    for action in parser._actions:
+        if action.dest in ("help", "config"):
+            continue
+        assert action.help and "(default: " in action.help, action.dest
+        assert "``" not in action.help and ":func:" not in action.help, action.dest
+    assert "(default: 8)" in parser.format_help().replace("\n", " ")
+
+
+def test_mtbf_hours_is_one_instances_as_in_the_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--mtbf-hours means what `llm-infra plan` means by it: one instance's MTBF; the job's is that over
+    the nodes (8 processes per node here: 16 ranks are 2 nodes). --job-mtbf-hours is the whole job's."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    runtime = train.Runtime(rank=0, world_size=16, device=train.torch.device("cpu"), restart_count=0)
+    assert runtime.nodes == 2
+    assert train.job_mtbf_hours(train.parse_config(["--checkpoint-dir=/x", "--mtbf-hours=100"]), runtime) == 50
+    assert train.job_mtbf_hours(train.parse_config(["--checkpoint-dir=/x", "--job-mtbf-hours=7"]), runtime) == 7
+    with pytest.raises(SystemExit, match="alternatives"):
+        train.parse_config(["--checkpoint-dir=/x", "--mtbf-hours=100", "--job-mtbf-hours=7"])
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("Tesla T4", None),
+    ],
+)
+def test_peak_flops_per_gpu_variant(name: str, tflops: float | None) -> None:
+    assert train.peak_tflops(name) == tflops
+
+
+def test_selective_checkpointing_recomputes_every_second_matmul() -> None:
+    policy = train._selective_policy()
+
+    class Context:
+        is_recompute = False
+
+    mm, add = train.torch.ops.aten.mm.default, train.torch.ops.aten.add.Tensor
+    saved = train.CheckpointPolicy.MUST_SAVE
+    decisions = [policy(Context(), mm) == saved for _ in range(4)]
+    assert decisions == [True, False, True, False]
+    assert policy(Context(), add) != saved  # cheap ops are recomputed
+    Context.is_recompute = True  # the recomputation counts on its own, and decides alike
+    assert [policy(Context(), mm) == saved for _ in range(4)] == decisions
