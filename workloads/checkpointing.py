@@ -187,6 +187,7 @@ class CheckpointManager:
         self.device = device  # where the training group's collectives take their tensors
         self.async_group = dist.new_group(backend="gloo") if async_save else None
         self.pending: PendingSave | None = None
+        self._stager: Any = None  # the async stager, made at the first GPU save (see _staging)
         self.last_save_seconds: float | None = None
         self.last_durable_seconds: float | None = None
 
@@ -337,13 +338,18 @@ class CheckpointManager:
 
     def _staging(self) -> dict[str, Any]:
         """On GPU, stage the state into pinned host memory (a fast device-to-host copy; training
-        resumes once the copy is done, the write to storage continues in the background)."""
-        if str(self.device).startswith("cuda") and hasattr(staging, "DefaultStager"):
+        resumes once the copy is done, the write to storage continues in the background). One stager
+        for the run, as torchtitan keeps one: its pinned buffers are allocated at the first save and
+        reused by every later one (a new stager per save pins the whole state again each time). Torch
+        without ``DefaultStager`` (2.8, the DLC's) stages through DCP's own copy."""
+        if not (str(self.device).startswith("cuda") and hasattr(staging, "DefaultStager")):
+            return {}
+        if self._stager is None:
             options = staging.StagingOptions(
                 use_pinned_memory=True, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=True
             )
-            return {"async_stager": staging.DefaultStager(options)}
-        return {}
+            self._stager = staging.DefaultStager(options)
+        return {"async_stager": self._stager}
 
     @property
     def write_done(self) -> bool:
