@@ -241,20 +241,17 @@ def quota_result(
         f"aws service-quotas request-service-quota-increase --service-code {service_code} "
         f"--quota-code {quota.code} --desired-value {{n}} --region {region}"
     )
-    if value < need:
-        return CheckResult(
-            name,
-            FAIL,
-            f"{quota.name!r} is {value}{source}, {need} {unit} needed ({what})",
-            increase.format(n=need),
-        )
-    if value < need_max:
-        return CheckResult(
-            name,
+    short = [
+        (FAIL, need, f"{quota.name!r} is {value}{source}, {need} {unit} needed ({what})"),
+        (
             WARN,
+            need_max,
             f"{quota.name!r} is {value}{source}: enough for {need} {unit}, not for {need_max} at gpu_nodes_max",
-            increase.format(n=need_max),
-        )
+        ),
+    ]
+    for status, wanted, detail in short:
+        if value < wanted:
+            return CheckResult(name, status, detail, increase.format(n=wanted))
     return CheckResult(name, PASS, f"{quota.name!r} is {value}{source} >= {max(need, need_max)} {unit} ({what})")
 
 

@@ -142,28 +142,33 @@ class ClusterStack(cdk.Stack):
         The rules live in this stack: the storage stack comes first and cannot name this group.
         """
         cluster_sg = self.training_cluster.cluster_security_group
-        for index, port in enumerate(LUSTRE_PORTS):
-            ports = port.to_rule_json()
-            ec2.CfnSecurityGroupIngress(
-                self,
-                f"LustreFromClusterNodes{index}",
-                group_id=fsx_security_group.security_group_id,
-                source_security_group_id=cluster_sg.security_group_id,
-                ip_protocol="tcp",
-                from_port=ports["fromPort"],
-                to_port=ports["toPort"],
-                description="Lustre clients: EKS cluster security group (system, GPU and HyperPod nodes)",
-            )
-            ec2.CfnSecurityGroupIngress(
-                self,
-                f"LustreToClusterNodes{index}",
-                group_id=cluster_sg.security_group_id,
-                source_security_group_id=fsx_security_group.security_group_id,
-                ip_protocol="tcp",
-                from_port=ports["fromPort"],
-                to_port=ports["toPort"],
-                description="Lustre servers to their clients on the EKS cluster security group",
-            )
+        directions = (
+            (
+                "LustreFromClusterNodes",
+                fsx_security_group,
+                cluster_sg,
+                "Lustre clients: EKS cluster security group (system, GPU and HyperPod nodes)",
+            ),
+            (
+                "LustreToClusterNodes",
+                cluster_sg,
+                fsx_security_group,
+                "Lustre servers to their clients on the EKS cluster security group",
+            ),
+        )
+        for name, group, source, description in directions:
+            for index, port in enumerate(LUSTRE_PORTS):
+                ports = port.to_rule_json()
+                ec2.CfnSecurityGroupIngress(
+                    self,
+                    f"{name}{index}",
+                    group_id=group.security_group_id,
+                    source_security_group_id=source.security_group_id,
+                    ip_protocol="tcp",
+                    from_port=ports["fromPort"],
+                    to_port=ports["toPort"],
+                    description=description,
+                )
 
     def _observability(self, config: TrainingConfig, workloads: WorkloadValues) -> TrainingObservability:
         if workloads.fsx is None:

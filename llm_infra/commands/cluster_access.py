@@ -33,6 +33,17 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--context", help="kubeconfig context (default: the one `aws eks update-kubeconfig` wrote for the cluster)"
     )
+    add_config_flags(parser)
+    parser.add_argument(
+        "--outputs-file",
+        default="cdk-outputs.json",
+        help="`cdk deploy --outputs-file` output, relative to --app-dir: the FSx volume, the checkpoint bucket",
+    )
+    parser.add_argument("--poll-seconds", type=float, default=10.0, help="seconds between looks at the cluster")
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """``--app-dir`` and ``-c KEY=VALUE``: the app's config, as ``cdk synth`` reads it (:func:`load_config`)."""
     parser.add_argument("--app-dir", default=".", help="the CDK app's folder; its cdk.json context is the config")
     parser.add_argument(
         "-c",
@@ -42,12 +53,6 @@ def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="a config value, as `cdk synth -c KEY=VALUE` (repeatable)",
     )
-    parser.add_argument(
-        "--outputs-file",
-        default="cdk-outputs.json",
-        help="`cdk deploy --outputs-file` output, relative to --app-dir: the FSx volume, the checkpoint bucket",
-    )
-    parser.add_argument("--poll-seconds", type=float, default=10.0, help="seconds between looks at the cluster")
 
 
 def load_config(args: argparse.Namespace) -> TrainingConfig:

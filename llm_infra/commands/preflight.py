@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from llm_infra.commands.cluster_access import load_config
+from llm_infra.commands.cluster_access import add_config_flags, load_config
 from llm_infra.commands.hyperpod import aws_client
 from llm_infra.config import TrainingConfig
 from llm_infra.terminal import print_table
@@ -25,15 +25,7 @@ def register(commands: Any) -> None:
         "add-on builds, AWS's published templates, whether the operators would change, the CDK bootstrap. "
         "Exits 1 when a check fails.",
     )
-    parser.add_argument("--app-dir", default=".", help="the CDK app's folder; its cdk.json context is the config")
-    parser.add_argument(
-        "-c",
-        "--cdk-context",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a config value, as `cdk synth -c KEY=VALUE` (repeatable)",
-    )
+    add_config_flags(parser)
     parser.add_argument("--profile", help="AWS profile (default: the standard credential chain)")
     parser.add_argument(
         "--region",
