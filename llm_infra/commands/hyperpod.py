@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -65,7 +66,7 @@ def aws_subcommand(
 def add_aws_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True, help="HyperPod cluster name")
     parser.add_argument("--profile", help="AWS profile (default: the standard credential chain)")
-    parser.add_argument("--region", help="AWS region (default: the profile's or AWS_REGION)")
+    parser.add_argument("--region", help="AWS region (default: AWS_REGION, then AWS_DEFAULT_REGION, then the profile's)")
     parser.add_argument("--endpoint-url", help="a local AWS endpoint, e.g. for tests")
     parser.add_argument("--json", action="store_true", help="JSON output")
 
@@ -91,7 +92,8 @@ def aws_client(args: argparse.Namespace, service: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    session = boto3.Session(profile_name=args.profile, region_name=args.region)
+    # As the AWS CLI: --region, then AWS_REGION, then AWS_DEFAULT_REGION and the profile (boto3's own order).
+    session = boto3.Session(profile_name=args.profile, region_name=args.region or os.environ.get("AWS_REGION"))
     config = Config(retries={"mode": "standard", "max_attempts": 5})
     return session.client(service, endpoint_url=args.endpoint_url, config=config)
 
