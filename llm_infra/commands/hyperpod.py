@@ -66,7 +66,7 @@ def aws_subcommand(
 def add_aws_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", required=True, help="HyperPod cluster name")
     parser.add_argument("--profile", help="AWS profile (default: the standard credential chain)")
-    parser.add_argument("--region", help="AWS region (default: AWS_REGION, then AWS_DEFAULT_REGION, then the profile's)")
+    parser.add_argument("--region", help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then the profile's)")
     parser.add_argument("--endpoint-url", help="a local AWS endpoint, e.g. for tests")
     parser.add_argument("--json", action="store_true", help="JSON output")
 
