@@ -11,6 +11,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -394,6 +395,15 @@ def dockerfile_pip_installs(text: str) -> dict[str, str]:
     return {name.lower().replace("_", "-"): version for name, version in pins}
 
 
+def ray_train_extra_requirements() -> set[str]:
+    """What ``ray[train]`` (the Dockerfile's install) brings besides Ray, from Ray's own package metadata."""
+    names = set()
+    for requirement in metadata.requires("ray") or []:
+        if 'extra == "train"' in requirement:
+            names.add(re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0].replace("-", "_").lower())
+    return names
+
+
 def test_the_image_holds_what_the_entrypoint_imports_at_the_clusters_ray_version(synth) -> None:
     config = TrainingConfig(image_asset=True)
     app = synth(config)
@@ -407,7 +417,7 @@ def test_the_image_holds_what_the_entrypoint_imports_at_the_clusters_ray_version
     assert build_args["RAY_VERSION"] == config.ray_version
     pins = dockerfile_pip_installs((WORKLOADS_DIR / "Dockerfile").read_text())
     assert pins["ray"] == "${RAY_VERSION}"
-    provided = DLC_PACKAGES | {name.replace("-", "_") for name in pins}
+    provided = DLC_PACKAGES | {name.replace("-", "_") for name in pins} | ray_train_extra_requirements()
     assert entrypoint_imports() <= provided, entrypoint_imports() - provided
     assert {"torch", "ray"} <= entrypoint_imports()
     # The RayCluster and the RayJob's cluster say the Ray they run: the one the build installs.

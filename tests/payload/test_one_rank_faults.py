@@ -60,10 +60,11 @@ def test_a_write_error_on_one_rank_restarts_every_rank_from_the_last_commit(
     assert result.returncode == 0, result.stderr[-3000:]
     assert seconds < PG_TIMEOUT_SECONDS / 2
     assert '"kind": "checkpoint_io"' in result.stderr
-    # Every rank raised together (not only rank 1): each says so on its stderr.
+    # Rank 0, whose own write succeeded, raised too, naming rank 1's failure (rank 1 says the same unless
+    # torchrun stops it first: whichever rank exits first ends the group).
     failed = [line for line in result.stderr.splitlines() if '"event": "checkpoint_failed"' in line]
-    assert {'"rank": 0' in line for line in failed} == {True, False} and len(failed) == 2
-    assert "step 6" in failed[0] and "rank 1: " in failed[0]
+    (rank_0,) = [line for line in failed if '"rank": 0' in line]
+    assert "step 6" in rank_0 and "rank 1: " in rank_0
     final = summary(result.stdout)
     assert (final["restart"], final["resumed_from"]) == (1, 4)  # step 6 was never committed
     assert final["param_sha256"] == reference_run["param_sha256"]
