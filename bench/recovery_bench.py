@@ -40,15 +40,15 @@ import argparse
 import json
 import os
 import re
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from _launch import run_bounded  # bench/ is the script's folder: on sys.path
 
 BENCH = Path(__file__).resolve().parent
 WORKLOADS = BENCH.parent / "workloads"
@@ -158,30 +158,14 @@ def run_once(args: argparse.Namespace, variant: Variant, workdir: Path) -> dict[
         "LOGLEVEL": "INFO",  # torch.distributed.elastic's logger: the agent's restart steps, timestamped
         "BENCH_PROBE": "1" if args.probe else "0",
     }
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=WORKLOADS,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        raise SystemExit(f"{variant} ran past {args.timeout} s:\n{stderr[-3000:]}") from None
-    if process.returncode != 0:
-        raise SystemExit(f"{variant} failed ({process.returncode}):\n{stderr[-3000:]}")
+    stdout, stderr, launcher_pid = run_bounded(command, env=env, timeout=args.timeout, what=str(variant), cwd=WORKLOADS)
     now = datetime.now()
     records = [r for r in map(json_record, stdout.splitlines() + stderr.splitlines()) if r]
     fault = next(r["time"] for r in records if r.get("event") == "fault")
     seen: dict[str, float] = {"fault": fault}
     lines = [m for m in map(AGENT_LINE.match, stderr.splitlines()) if m]
     # The agent's own lines (its pid: the launcher's); workers log in the same format.
-    agent = [(agent_time(m, now), m.group(8)) for m in lines if int(m.group(7)) == process.pid]
+    agent = [(agent_time(m, now), m.group(8)) for m in lines if int(m.group(7)) == launcher_pid]
     after = [(t, message) for t, message in agent if t >= fault - 0.001]
 
     def first(pattern: str) -> float | None:

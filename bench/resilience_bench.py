@@ -22,13 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _launch import run_bounded  # bench/ is the script's folder: on sys.path
 
 BENCH = Path(__file__).resolve().parent
 WORKLOADS = BENCH.parent / "workloads"
@@ -62,17 +62,7 @@ def measure(args: argparse.Namespace, flags: list[str], agreement: bool) -> tupl
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "BENCH_PROBE": "0"}
     env["BENCH_NO_AGREEMENT"] = "0" if agreement else "1"
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        raise SystemExit(f"train.py ran past {args.timeout} s:\n{stderr[-3000:]}") from None
-    if process.returncode != 0:
-        raise SystemExit(f"train.py failed ({process.returncode}):\n{stderr[-3000:]}")
+    stdout, _, _ = run_bounded(command, env=env, timeout=args.timeout, what="train.py")
     records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     steps = [r for r in records if r.get("event") == "step"]
     if len(steps) != args.steps:
