@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar, cast
 
 import tiered_storage
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from checkpoint_interval import daly_interval
@@ -53,6 +54,7 @@ from faults import FaultInjector
 from tiered_storage import TieredCheckpointOptions, TieredStorage
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, staging
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
+from torch.torch_version import TorchVersion
 
 COMMIT_MARKER = "COMMITTED"
 LATEST = "latest"
@@ -60,6 +62,16 @@ PREFIX = "step-"
 TMP_PREFIX = ".tmp-step-"
 REPLACED_PREFIX = ".replaced-step-"  # a committed folder being replaced by a new save of its step
 DIRECTORY_STORAGE = "directory"
+
+
+def stager_is_single_use(torch_version: str) -> bool:
+    """Whether this torch's ``DefaultStager`` stages only once: 2.11 and 2.12 close its copier at the end
+    of every stage (staging.py ``_stage``), so a second save fails with ``KeyError: <class 'type'>`` (seen
+    on an H200 with 2.11); 2.9, 2.10 and 2.13 keep it (read in each release's wheel)."""
+    return "2.11" <= TorchVersion(torch_version) < "2.13"
+
+
+STAGER_SINGLE_USE = stager_is_single_use(torch.__version__)
 T = TypeVar("T")
 
 
@@ -340,11 +352,12 @@ class CheckpointManager:
         """On GPU, stage the state into pinned host memory (a fast device-to-host copy; training
         resumes once the copy is done, the write to storage continues in the background). One stager
         for the run, as torchtitan keeps one: its pinned buffers are allocated at the first save and
-        reused by every later one (a new stager per save pins the whole state again each time). Torch
-        without ``DefaultStager`` (2.8, the DLC's) stages through DCP's own copy."""
+        reused by every later one (a new stager per save pins the whole state again each time: only
+        where torch's stager is single use, see STAGER_SINGLE_USE). Torch without ``DefaultStager`` (2.8,
+        the DLC's) stages through DCP's own copy."""
         if not (str(self.device).startswith("cuda") and hasattr(staging, "DefaultStager")):
             return {}
-        if self._stager is None:
+        if self._stager is None or STAGER_SINGLE_USE:
             options = staging.StagingOptions(
                 use_pinned_memory=True, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=True
             )
@@ -381,7 +394,11 @@ class CheckpointManager:
         self._commit(pending.step, pending.tmp_dir, pending.started, pending.record, pending.stall_seconds)
 
     def close(self) -> None:
+        """Finish the background save (committed, or :class:`CheckpointFailed`), then free the stager."""
         self.finalize()
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None
 
     def _commit(
         self, step: int, tmp_dir: Path, started: float, record: dict[str, Any], stall_seconds: float | None = None

@@ -333,7 +333,15 @@ def init_distributed(timeout_seconds: int) -> Runtime:
         store: dist.Store = dist.PrefixStore(f"llm_infra_attempt_{restart_count}", base)
     else:
         store = dist.HashStore()  # a single process without torchrun
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+    # device_id binds NCCL's communicator to this rank's GPU (no guessing in barrier(), eager init).
+    dist.init_process_group(
+        backend,
+        store=store,
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+        device_id=device if device.type == "cuda" else None,
+    )
     return Runtime(rank, world_size, device, restart_count, local_rank=local_rank)
 
 

@@ -1,0 +1,66 @@
+"""The async-checkpoint stager across saves (workloads/checkpointing.py ``_staging``).
+
+Found on an H200 (torch 2.11): the run kept one ``DefaultStager`` for its pinned buffers, but 2.11's
+stager closes itself after each stage, so the second async save of every GPU run failed with
+``KeyError: <class 'type'>``. CPU runs never stage through it (DCP's own copy on CPU), so these tests
+drive torch's stager directly, unpinned, and check the version gate against the installed torch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from .conftest import WORKLOADS
+
+pytestmark = pytest.mark.torch
+sys.path.insert(0, str(WORKLOADS))
+
+from checkpointing import STAGER_SINGLE_USE, stager_is_single_use  # noqa: E402
+from torch.distributed.checkpoint import staging  # noqa: E402
+
+UNPINNED = staging.StagingOptions(
+    use_pinned_memory=False, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=False
+)
+
+
+def training_state() -> dict:
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    optimizer.step()
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "progress": {"step": 3}}
+
+
+def stages_twice(stager: staging.DefaultStager, state: dict) -> bool:
+    stager.stage(state)
+    try:
+        staged = stager.stage(state)
+    except KeyError:
+        return False
+    assert torch.equal(staged["model"]["weight"], state["model"]["weight"])
+    return True
+
+
+def test_the_gate_matches_the_installed_torch() -> None:
+    """The run reuses one stager exactly where torch's stager can stage again."""
+    assert stages_twice(staging.DefaultStager(UNPINNED), training_state()) is not STAGER_SINGLE_USE
+
+
+def test_a_closed_stager_fails_as_seen_on_the_gpu() -> None:
+    state = training_state()
+    stager = staging.DefaultStager(UNPINNED)
+    stager.stage(state)
+    stager.close()  # what 2.11's stage does at its end
+    with pytest.raises(KeyError, match="<class 'type'>"):
+        stager.stage(state)
+
+
+@pytest.mark.parametrize(
+    ("version", "single_use"),
+    [("2.8.0+cu128", False), ("2.10.0", False), ("2.11.0+cu130", True), ("2.12.1", True), ("2.13.0", False)],
+)
+def test_single_use_releases(version: str, single_use: bool) -> None:
+    assert stager_is_single_use(version) is single_use
