@@ -86,7 +86,8 @@ class PendingSave:
     future: Future[Any]
     started: float
     record: dict[str, Any]
-    stall_seconds: float  # how long training waited for it (staging)
+    stall_seconds: float  # how long training waited for it (staging, and any wait for the previous save)
+    waited_seconds: float  # the part of that spent waiting for the previous save to be written
 
 
 class CheckpointStorage(Protocol):
@@ -280,6 +281,7 @@ class CheckpointManager:
         state = self.state()
         started = time.perf_counter()
         self.finalize()  # an earlier async save is committed (or fails) first: part of this stall
+        waited_seconds = time.perf_counter() - started
         tmp_dir = self.directory / f"{TMP_PREFIX}{step:08d}"
         self._on_rank_0_together(f"create {tmp_dir.name}", lambda: tmp_dir.mkdir(parents=True, exist_ok=True))
         self.save_index += 1
@@ -293,7 +295,7 @@ class CheckpointManager:
         future = cast(Future[Any], target)
         staging_seconds = time.perf_counter() - started  # the only stall
         self.last_save_seconds = staging_seconds
-        self.pending = PendingSave(step, tmp_dir, future, started, record, staging_seconds)
+        self.pending = PendingSave(step, tmp_dir, future, started, record, staging_seconds, waited_seconds)
         if crash_before_commit:
             future.result()
             _die_mid_checkpoint(tmp_dir, self.rank)
@@ -391,7 +393,14 @@ class CheckpointManager:
             return
         if failures:
             raise self._failed(f"background save of step {pending.step}", failures)
-        self._commit(pending.step, pending.tmp_dir, pending.started, pending.record, pending.stall_seconds)
+        self._commit(
+            pending.step,
+            pending.tmp_dir,
+            pending.started,
+            pending.record,
+            pending.stall_seconds,
+            pending.waited_seconds,
+        )
 
     def close(self) -> None:
         """Finish the background save (committed, or :class:`CheckpointFailed`), then free the stager."""
@@ -401,12 +410,20 @@ class CheckpointManager:
             self._stager = None
 
     def _commit(
-        self, step: int, tmp_dir: Path, started: float, record: dict[str, Any], stall_seconds: float | None = None
+        self,
+        step: int,
+        tmp_dir: Path,
+        started: float,
+        record: dict[str, Any],
+        stall_seconds: float | None = None,
+        waited_seconds: float = 0.0,
     ) -> None:
         """Commit the written save; ``stall_seconds`` is an async save's (None: a blocking save, whose
-        stall lasts until committed). Atomic at every point: the committed folder appears by one
-        rename; one it replaces (the same step saved again after a fallback) is moved aside first, so a
-        crash leaves either it or the new one, never a half of either."""
+        stall lasts until committed), ``waited_seconds`` the part of it spent waiting for the previous
+        save's write: logged when saves come faster than one is written (space them further apart).
+        Atomic at every point: the committed folder appears by one rename; one it replaces (the same
+        step saved again after a fallback) is moved aside first, so a crash leaves either it or the new
+        one, never a half of either."""
         dist.barrier()  # every rank's shards are written (on disk, or in the tiers the record names)
         self.last_durable_seconds = time.perf_counter() - started
         final_dir = self.directory / step_dir_name(step)
@@ -433,6 +450,7 @@ class CheckpointManager:
                     "path": str(final_dir),
                     "seconds": round(seconds, 4),
                     "stall_seconds": round(seconds if stall_seconds is None else stall_seconds, 4),
+                    **({"waited_for_previous_seconds": round(waited_seconds, 4)} if waited_seconds >= 0.01 else {}),
                     **{key: record[key] for key in ("storage", "tiers") if key in record},
                 }
             )

@@ -1,4 +1,5 @@
-"""The async-checkpoint stager across saves (workloads/checkpointing.py ``_staging``).
+"""Async checkpoint saves one after another: the stager (workloads/checkpointing.py ``_staging``) and the wait
+for the previous write.
 
 Found on an H200 (torch 2.11): the run kept one ``DefaultStager`` for its pinned buffers, but 2.11's
 stager closes itself after each stage, so the second async save of every GPU run failed with
@@ -9,17 +10,19 @@ drive torch's stager directly, unpinned, and check the version gate against the 
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from .conftest import WORKLOADS
 
 pytestmark = pytest.mark.torch
 sys.path.insert(0, str(WORKLOADS))
 
-from checkpointing import STAGER_SINGLE_USE, stager_is_single_use  # noqa: E402
-from torch.distributed.checkpoint import staging  # noqa: E402
+from checkpointing import STAGER_SINGLE_USE, CheckpointManager, stager_is_single_use  # noqa: E402
+from torch.distributed.checkpoint import FileSystemWriter, staging  # noqa: E402
 
 UNPINNED = staging.StagingOptions(
     use_pinned_memory=False, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=False
@@ -64,3 +67,28 @@ def test_a_closed_stager_fails_as_seen_on_the_gpu() -> None:
 )
 def test_single_use_releases(version: str, single_use: bool) -> None:
     assert stager_is_single_use(version) is single_use
+
+
+def test_a_save_that_waits_for_the_previous_write_says_so(tmp_path, monkeypatch) -> None:
+    """Seen on the H200: 1b saves every 10 steps (3 s) with a 24 s write; each save then waited ~20 s
+    for the one before. The checkpoint event names that wait, so the schedule can be fixed."""
+    slow_write = FileSystemWriter.write_data
+
+    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
+        time.sleep(1.0)
+        return slow_write(self, plan, planner)
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", write_data)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        records: list[dict] = []
+        state = training_state()
+        manager = CheckpointManager(tmp_path, state=lambda: state, async_save=True, log=records.append)
+        manager.save(1)
+        manager.save(2)  # the first is still being written
+        manager.close()
+    finally:
+        dist.destroy_process_group()
+    saves = {r["step"]: r for r in records if r["event"] == "checkpoint"}
+    assert "waited_for_previous_seconds" not in saves[1]
+    assert 0.5 < saves[2]["waited_for_previous_seconds"] <= saves[2]["stall_seconds"]
