@@ -1,16 +1,4 @@
-"""The ``llm-infra`` command: plan what failures cost, simulate it, operate HyperPod nodes.
-
-llm-infra plan --instances 256 --failure-preset llama3-16k-h100 --gpu-hours 2e6 --price-preset p5.48xlarge
-llm-infra simulate ... (same flags) --trials 2000
-llm-infra nodes list --cluster NAME [--unhealthy]
-llm-infra nodes add --cluster NAME --group G --count N
-llm-infra nodes replace|reboot --cluster NAME --node ID [--node ID ...] [--yes]
-llm-infra cluster status --cluster NAME
-llm-infra validate --cluster NAME [--json] [--replace-failed]
-llm-infra drill --cluster NAME --out drill.json [--fault replace|reboot|terminate]
-llm-infra dashboard --template cdk.out/llm-infra-cluster.template.json --out docs/dashboard.png
-llm-infra preflight [--app-dir .] [-c KEY=VALUE ...] [--region R] [--output table|json]
-"""
+"""The ``llm-infra`` command: its parser, the error boundary around every subcommand, ``--version``."""
 
 from __future__ import annotations
 
@@ -18,12 +6,23 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from llm_infra.commands import dashboard, drill, hyperpod, preflight, validate
 from llm_infra.commands import plan as plan_commands
 from llm_infra.errors import EXIT_FAILED, EXIT_INTERRUPTED, explain
 from llm_infra.planner import PlanError
-from llm_infra.terminal import EXIT_BAD_INPUT, UsageError
+from llm_infra.terminal import EXIT_BAD_INPUT, Parser, UsageError
+
+DESCRIPTION = """Plan what failures cost a training job, check an AWS account before a deploy, validate and drill
+a deployed cluster, operate HyperPod nodes.
+
+  llm-infra plan --instances 256 --failure-preset llama3-16k-h100 --gpu-hours 2e6
+  llm-infra preflight --region us-east-1
+  llm-infra validate --cluster NAME
+  llm-infra nodes list --cluster NAME --unhealthy
+
+Every command takes --help. Exit codes: 0 done, 1 failed, 2 bad input, 130 interrupted."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,14 +54,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="llm-infra", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="llm-infra", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=VersionAction)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure instead of one line")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (plan_commands, hyperpod, validate, drill, dashboard, preflight):
         module.register(commands)
     return parser
+
+
+class VersionAction(argparse.Action):
+    """``--version``: this package's version and the pins it builds clusters with, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="print the version of llm-infra, of the CDK libraries and the default Kubernetes version, then exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_text())
+        parser.exit()
+
+
+def version_text() -> str:
+    from importlib.metadata import version
+
+    from llm_infra.config import KUBERNETES_VERSIONS, TrainingConfig
+
+    default = TrainingConfig().kubernetes_version
+    return (
+        f"llm-infra {version('llm-infra')} (aws-cdk-lib {version('aws-cdk-lib')}, cdk8s {version('cdk8s')}; "
+        f"Kubernetes {default} by default, {' or '.join(KUBERNETES_VERSIONS)} supported)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@ def _placeholder(token: dict[str, Any]) -> str:
 
 def dashboard_body(template: dict[str, Any]) -> dict[str, Any]:
     """The ``DashboardBody`` of the template's one dashboard, references shown as ``<LogicalId>``."""
-    dashboards = [r for r in template["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    resources = template.get("Resources") if isinstance(template, dict) else None
+    if not isinstance(resources, dict):
+        raise ValueError("not a CloudFormation template: no Resources object")
+    dashboards = [r for r in resources.values() if r.get("Type") == "AWS::CloudWatch::Dashboard"]
     if len(dashboards) != 1:
         raise ValueError(f"template: expected one AWS::CloudWatch::Dashboard, found {len(dashboards)}")
     body = dashboards[0]["Properties"]["DashboardBody"]

@@ -141,7 +141,7 @@ def batch_action(sagemaker: Any, action: str, cluster: str, node_ids: list[str])
     if action not in ("replace", "reboot"):
         raise ValueError(f"action: {action!r} is not allowed; allowed: replace, reboot")
     if not node_ids:
-        raise ValueError("node ids: give at least one --node")
+        raise ValueError("instance ids: give at least one --instance-id")
     call = sagemaker.batch_replace_cluster_nodes if action == "replace" else sagemaker.batch_reboot_cluster_nodes
     successful: list[str] = []
     failed: list[dict[str, str]] = []

@@ -1,27 +1,118 @@
-"""What every ``llm-infra`` command shares: its bad-input error, tables and a progress bar."""
+"""What every ``llm-infra`` command shares: its argument parser and bad-input error, the ``--output``
+flag, tables, and progress on stderr."""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 EXIT_BAD_INPUT = 2
+OUTPUT_TABLE = "table"
+OUTPUT_JSON = "json"
 
 
 class UsageError(ValueError):
     """Bad input to a command; the message names the flag. The command exits with EXIT_BAD_INPUT."""
 
 
-def print_table(header: list[str], rows: list[list[str]]) -> None:
+class Parser(argparse.ArgumentParser):
+    """The parser of ``llm-infra`` and, through ``add_subparsers``, of each of its subcommands.
+
+    A usage error is two lines, as kubectl's: what is wrong and where the help is, not the usage block;
+    an unknown flag is the error of the subcommand it was given to, which points to that one's help.
+    Flags are never abbreviated, so that ``--node`` cannot silently mean ``--node-count``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_known_args(  # type: ignore[override]  # one signature for typeshed's overloads
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return parsed, unknown
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\nSee '{self.prog} --help'.\n")
+
+
+def add_output_flag(parser: argparse.ArgumentParser, json_holds: str) -> None:
+    """``--output table|json`` (default table), and ``--json`` for ``--output json``. The command
+    reads ``args.output`` (OUTPUT_TABLE or OUTPUT_JSON); ``json_holds`` says what the JSON is."""
+    parser.add_argument(
+        "--output",
+        choices=(OUTPUT_TABLE, OUTPUT_JSON),
+        default=OUTPUT_TABLE,
+        help=f"table: for reading (default); json: {json_holds}, on stdout, for scripts",
+    )
+    parser.add_argument(
+        "--json", dest="output", action="store_const", const=OUTPUT_JSON, help="the same as --output json"
+    )
+
+
+class RenamedFlag(argparse.Action):
+    """The old spelling of a renamed flag, hidden from the help: giving it is a usage error that names the
+    new one (``new``), so that it never means something else silently."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="?", help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        parser.error(f"{self.option_strings[0]} is now {self.new}")
+
+
+def confirm(question: str) -> bool:
+    """Ask ``question`` on stderr (stdout keeps the command's output); True for y or yes. With nothing to
+    answer (no terminal, stdin closed) the EOFError stays, on a line of its own: the error boundary says
+    to pass --yes."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    try:
+        answer = input()
+    except EOFError:
+        print(file=sys.stderr)
+        raise
+    return answer.strip().lower() in ("y", "yes")
+
+
+def print_table(header: list[str], rows: list[list[str]], *, text_columns: int = 1) -> None:
+    """Columns two spaces apart: the first ``text_columns`` left-aligned, the rest (numbers) right-aligned."""
     widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
-        print(
-            "  ".join(
-                str(cell).rjust(w) if i else str(cell).ljust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+        cells = [
+            str(cell).ljust(w) if i < text_columns else str(cell).rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
 
 
-def progress_bar(done: int, total: int, width: int = 30) -> None:
-    filled = width * done // total if total else width
-    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} running", end="", file=sys.stderr, flush=True)
+class Progress:
+    """How far a wait got, on stderr: on a terminal a bar redrawn in place; elsewhere (a CI log, a file) a
+    plain line each time the count changes. Call :meth:`close` before printing anything else."""
+
+    def __init__(self, width: int = 30) -> None:
+        self._width = width
+        self._bar_open = False
+        self._last: tuple[int, int] | None = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if sys.stderr.isatty():
+            filled = self._width * done // total if total else self._width
+            bar = f"[{'#' * filled}{'.' * (self._width - filled)}]"
+            print(f"\r{bar} {done}/{total} running", end="", file=sys.stderr, flush=True)
+            self._bar_open = True
+        elif (done, total) != self._last:
+            print(f"{done}/{total} running", file=sys.stderr, flush=True)
+        self._last = (done, total)
+
+    def close(self) -> None:
+        """End the bar's line; the next count is printed even when it equals the last one."""
+        if self._bar_open:
+            print(file=sys.stderr, flush=True)
+            self._bar_open = False
+        self._last = None

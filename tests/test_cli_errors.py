@@ -82,8 +82,12 @@ def test_no_network(bare_aws: Path, monkeypatch, capsys) -> None:
 
 def test_a_prompt_without_a_terminal_says_pass_yes(bare_aws: Path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
-    code, _, err = run(capsys, "nodes", "reboot", "--cluster", "c", "--node", "i-0123", "--region", "us-east-1")
-    assert code == 1 and "no terminal to ask for confirmation: pass --yes" in one_error(err)
+    code, out, err = run(
+        capsys, "nodes", "reboot", "--cluster", "c", "--instance-id", "i-0123", "--region", "us-east-1"
+    )
+    prompt, error = err.split("\n", 1)  # the question on stderr, stdout kept for the command's output
+    assert (code, out, prompt) == (1, "", "reboot 1 node(s) of c: i-0123? [y/N] ")
+    assert "no terminal to ask for confirmation: pass --yes" in one_error(error)
 
 
 def test_a_plot_into_a_missing_folder(tmp_path: Path, capsys) -> None:

@@ -150,11 +150,11 @@ def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeyp
             "replace",
             "--cluster",
             "hp",
-            "--node",
+            "--instance-id",
             "i-1",
-            "--node",
+            "--instance-id",
             "i-2",
-            "--node",
+            "--instance-id",
             "i-9",
             "--yes",
             "--poll-seconds",
@@ -172,11 +172,11 @@ def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeyp
 
 def test_reboot_needs_confirmation(capsys, monkeypatch) -> None:
     """No AWS call at all: a no at the prompt stops before any request."""
-    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    monkeypatch.setattr("builtins.input", lambda: "n")
     monkeypatch.setattr(
         hyperpod_commands, "aws_client", lambda args, service: pytest.fail("no AWS call before confirmation")
     )
-    code, _, err = run_cli(capsys, "nodes", "reboot", "--cluster", "hp", "--node", "i-1")
+    code, _, err = run_cli(capsys, "nodes", "reboot", "--cluster", "hp", "--instance-id", "i-1")
     assert code == 1 and "aborted" in err
 
 

@@ -3,21 +3,23 @@
 The config is the CDK app's (``cdk.json`` context plus ``-c KEY=VALUE``, as ``cdk synth -c``), so the
 objects these commands apply are the ones the app renders. ``--cluster`` names the HyperPod cluster
 (compute=hyperpod) or the EKS cluster (compute=eks); its EKS ARN picks the kubeconfig context that
-``aws eks update-kubeconfig`` wrote, unless ``--context`` names one.
+``aws eks update-kubeconfig`` wrote, unless ``--context`` names one. The region is where the app's
+config deployed, unless --region says otherwise; each command says on stderr where it came from.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_infra.commands.hyperpod import add_aws_flags, aws_client
+from llm_infra.commands.hyperpod import add_aws_flags, aws_client, resolve_region
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.kube import Kube, KubeError, context_for_cluster
-from llm_infra.terminal import UsageError
+from llm_infra.terminal import UsageError, add_output_flag
 
 
 @dataclass(frozen=True)
@@ -27,31 +29,55 @@ class ClusterTarget:
     eks_arn: str
 
 
-def add_cluster_flags(parser: argparse.ArgumentParser) -> None:
-    add_aws_flags(parser)
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)")
+def add_cluster_flags(parser: argparse.ArgumentParser, json_holds: str) -> None:
     parser.add_argument(
-        "--context", help="kubeconfig context (default: the one `aws eks update-kubeconfig` wrote for the cluster)"
+        "--cluster",
+        required=True,
+        metavar="NAME",
+        help="the cluster to act on: with compute=eks (the app's default) the EKS cluster's name, with "
+        "compute=hyperpod (-c compute=hyperpod) the HyperPod cluster's name",
+    )
+    add_aws_flags(parser, region_default="the app's config: region, else the region of gpu_az_id; then ")
+    parser.add_argument(
+        "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)"
+    )
+    parser.add_argument(
+        "--context",
+        help="kubeconfig context (default: the one 'aws eks update-kubeconfig' wrote for the cluster's EKS ARN)",
     )
     add_config_flags(parser)
     parser.add_argument(
         "--outputs-file",
         default="cdk-outputs.json",
-        help="`cdk deploy --outputs-file` output, relative to --app-dir: the FSx volume, the checkpoint bucket",
+        metavar="FILE",
+        help="what 'cdk deploy --outputs-file' wrote (the FSx volume, the checkpoint bucket), relative to --app-dir "
+        "(default: cdk-outputs.json)",
     )
-    parser.add_argument("--poll-seconds", type=float, default=10.0, help="seconds between looks at the cluster")
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between looks at the cluster (default: 10)",
+    )
+    add_output_flag(parser, json_holds)
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """``--app-dir`` and ``-c KEY=VALUE``: the app's config, as ``cdk synth`` reads it (:func:`load_config`)."""
-    parser.add_argument("--app-dir", default=".", help="the CDK app's folder; its cdk.json context is the config")
+    """``--app-dir`` and ``-c KEY=VALUE``: the app's config, as ``cdk synth`` reads it (``load_config``)."""
+    parser.add_argument(
+        "--app-dir",
+        default=".",
+        metavar="DIR",
+        help="the CDK app's folder, whose cdk.json context is the config (default: the current folder)",
+    )
     parser.add_argument(
         "-c",
         "--cdk-context",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a config value, as `cdk synth -c KEY=VALUE` (repeatable)",
+        help="a config value over cdk.json's, as 'cdk synth -c KEY=VALUE' (repeatable; default: none)",
     )
 
 
@@ -87,7 +113,11 @@ def resolve_cluster(args: argparse.Namespace, config: TrainingConfig) -> Cluster
     """The cluster behind ``--cluster``, checked against the AWS API (an unknown name is bad input)."""
     from llm_infra.hyperpod_ops import describe_cluster
 
-    args.region = args.region or config.region or config.gpu_az_region
+    region = resolve_region(
+        args, [("the app's config (region)", config.region), (f"gpu_az_id {config.gpu_az_id}", config.gpu_az_region)]
+    )
+    print(f"region {region.name} (from {region.source})", file=sys.stderr)
+    args.region = region.name
     if config.compute == "hyperpod":
         try:
             described = describe_cluster(aws_client(args, "sagemaker"), args.cluster)

@@ -7,13 +7,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llm_infra.terminal import UsageError
+from llm_infra.terminal import OUTPUT_JSON, UsageError, add_output_flag
 
 
 def register(commands: Any) -> None:
-    dashboard = commands.add_parser("dashboard", help="draw the CloudWatch dashboard of a synthesized cluster stack")
-    dashboard.add_argument("--template", type=Path, required=True, help="cdk.out/<project>-cluster.template.json")
-    dashboard.add_argument("--out", type=Path, required=True, metavar="FILE.png")
+    dashboard_help = "draw the CloudWatch dashboard of a synthesized cluster stack as a PNG"
+    dashboard = commands.add_parser("dashboard", help=dashboard_help, description=dashboard_help)
+    dashboard.add_argument(
+        "--template",
+        type=Path,
+        required=True,
+        metavar="FILE",
+        help="the cluster stack's synthesized template, cdk.out/<project_name>-cluster.template.json (make synth)",
+    )
+    dashboard.add_argument("--out", type=Path, required=True, metavar="FILE.png", help="where to write the picture")
+    add_output_flag(dashboard, "the picture's path and its widgets' titles")
     dashboard.set_defaults(handler=run_dashboard)
 
 
@@ -28,5 +36,8 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(f"--template {args.template}: {err}") from None
     titles = render(template, args.out, title=args.template.name.removesuffix(".template.json") + " dashboard")
-    print(json.dumps({"dashboard": str(args.out), "widgets": titles}))
+    if args.output == OUTPUT_JSON:
+        print(json.dumps({"dashboard": str(args.out), "widgets": titles}))
+    else:
+        print(f"dashboard: {args.out} ({len(titles)} widgets: {', '.join(titles)})")
     return 0

@@ -20,26 +20,49 @@ from llm_infra.commands.cluster_access import (
 )
 from llm_infra.commands.hyperpod import aws_client
 from llm_infra.kube import Kube, KubeError
-from llm_infra.terminal import UsageError, print_table
+from llm_infra.terminal import OUTPUT_JSON, UsageError, confirm, print_table
 
 EXIT_NOT_RECOVERED = 1
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "drill", help="fault one node under the running training job and time detection, replacement and resume"
+    drill_help = (
+        "fault one node under the running training job and time detection, replacement and resume; write the "
+        "report that plan --from-run reads"
     )
-    add_cluster_flags(parser)
+    parser = commands.add_parser("drill", help=drill_help, description=drill_help)
+    add_cluster_flags(parser, "the drill report, as written to --out")
     parser.add_argument(
         "--fault",
         choices=("replace", "reboot", "terminate"),
-        help="HyperPod: replace (default) or reboot, by the node-health label; EKS: terminate (cordon, end the VM)",
+        help="HyperPod: replace or reboot, by the node-health label (default: replace); EKS: terminate, which "
+        "cordons the node and terminates its EC2 instance (the default and only one)",
     )
-    parser.add_argument("--job", help="the training job's name (default: the training-job chart's)")
-    parser.add_argument("--node", help="the node to fault (default: the first node that runs a pod of the job)")
-    parser.add_argument("--out", required=True, help="the drill report (one JSON object) for `plan --from-run`")
-    parser.add_argument("--timeout-minutes", type=float, default=30, help="stop watching after this (default 30)")
-    parser.add_argument("--yes", action="store_true", help="do not ask before injecting the fault")
+    parser.add_argument(
+        "--job", help="the training job's name (default: the training-job chart's, as the app's config renders it)"
+    )
+    parser.add_argument(
+        "--node",
+        metavar="NAME",
+        help="the Kubernetes node to fault, as 'kubectl get nodes' names it (default: the first node, by name, that "
+        "runs a pod of the job)",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="where to write the drill report (one JSON object), for 'llm-infra plan --from-run FILE'",
+    )
+    parser.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=30,
+        metavar="MINUTES",
+        help="stop watching after this many minutes; a phase not seen by then is null (default: 30)",
+    )
+    parser.add_argument(
+        "--yes", action="store_true", help="inject the fault without asking (default: ask on the terminal)"
+    )
     parser.set_defaults(handler=run_drill)
 
 
@@ -99,11 +122,9 @@ def _drill(
     node = kube.get("v1", "Node", node_name)
     if node is None:
         return _fail(f"node {node_name} vanished")
-    if not args.yes:
-        print(f"{fault} node {node_name} under {described} on {target.name}? [y/N] ", end="", file=sys.stderr)
-        if input().strip().lower() not in ("y", "yes"):
-            print("aborted", file=sys.stderr)
-            return EXIT_NOT_RECOVERED
+    if not args.yes and not confirm(f"{fault} node {node_name} under {described} on {target.name}?"):
+        print("aborted", file=sys.stderr)
+        return EXIT_NOT_RECOVERED
     ec2 = aws_client(args, "ec2") if fault == "terminate" else None
     nodes_before = {n["metadata"]["name"] for n in gpu_nodes(kube)}
     injected_at = inject(kube, ec2, fault, node)
@@ -125,7 +146,7 @@ def _drill(
         print("interrupted: writing what was seen", file=sys.stderr)
     report = watch.report(cluster=target.name, compute=target.compute)
     out.write_text(json.dumps(report) + "\n")
-    if args.json:
+    if args.output == OUTPUT_JSON:
         print(json.dumps(report))
     else:
         print_table(

@@ -6,94 +6,200 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from llm_infra.terminal import UsageError, print_table, progress_bar
+from llm_infra.terminal import (
+    OUTPUT_JSON,
+    Progress,
+    RenamedFlag,
+    UsageError,
+    add_output_flag,
+    confirm,
+    print_table,
+)
 
 Waited = TypeVar("Waited")
 
+HYPERPOD_CLUSTER_HELP = "the HyperPod cluster (its name or ARN)"
+REPLACE_HELP = (
+    "replace nodes with new instances (BatchReplaceClusterNodes): each instance is terminated and its root and "
+    "secondary volumes are lost; a new one of the same configuration takes its place; then wait until they are Running"
+)
+REBOOT_HELP = (
+    "reboot nodes in place (BatchRebootClusterNodes, a graceful EC2 reboot): the instance and its volumes stay; "
+    "then wait until they are Running again"
+)
+
 
 def register(commands: Any) -> None:
-    nodes = commands.add_parser("nodes", help="HyperPod cluster nodes").add_subparsers(
-        dest="nodes_command", required=True
+    nodes_help = "list, add, replace or reboot the nodes of a HyperPod cluster"
+    nodes = commands.add_parser("nodes", help=nodes_help, description=nodes_help).add_subparsers(
+        dest="nodes_command", required=True, metavar="COMMAND"
     )
     list_parser = aws_subcommand(
-        nodes, "list", help="all nodes (paginated), or only unhealthy ones", handler=run_nodes_list
+        nodes,
+        "list",
+        help="the cluster's nodes (every page of ListClusterNodes), or only the unhealthy ones",
+        handler=run_nodes_list,
+        json_holds="a list of nodes",
     )
-    list_parser.add_argument("--unhealthy", action="store_true", help="only nodes whose status is not Running")
-    for action in ("replace", "reboot"):
+    list_parser.add_argument(
+        "--unhealthy", action="store_true", help="only nodes whose status is not Running (default: every node)"
+    )
+    for action, action_help in (("replace", REPLACE_HELP), ("reboot", REBOOT_HELP)):
         act = aws_subcommand(
             nodes,
             action,
-            help=f"{action} nodes (BatchReplace/BatchRebootClusterNodes), then wait",
+            help=action_help,
             handler=run_nodes_action,
+            json_holds="the nodes accepted, refused and not back",
             action=action,
         )
-        act.add_argument("--node", dest="nodes", action="append", required=True, metavar="ID", help="repeatable")
-        act.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        act.add_argument(
+            "--instance-id",
+            dest="instance_ids",
+            action="append",
+            required=True,
+            metavar="ID",
+            help=f"the instance ID of a node to {action}, i-0123456789abcdef0, as 'llm-infra nodes list' shows it "
+            "(repeatable; sent 25 per request)",
+        )
+        act.add_argument("--node", action=RenamedFlag, new="--instance-id ID (the node's HyperPod instance ID)")
+        act.add_argument("--yes", action="store_true", help=f"{action} without asking (default: ask on the terminal)")
         add_wait_flags(act)
 
     add = aws_subcommand(
         nodes,
         "add",
-        help="add nodes to an instance group (BatchAddClusterNodes, Continuous provisioning), then wait",
+        help="add nodes to an instance group (BatchAddClusterNodes, Continuous provisioning), then wait until they "
+        "are Running",
         handler=run_nodes_add,
+        json_holds="the nodes accepted and how many run",
     )
-    add.add_argument("--group", required=True, help="instance group name, e.g. gpu")
-    add.add_argument("--count", type=int, required=True, help="nodes to add (requests of at most 50)")
+    add.add_argument("--group", required=True, help="the instance group to grow, e.g. gpu")
+    add.add_argument("--count", type=int, required=True, metavar="N", help="nodes to add (sent 50 per request)")
     add_wait_flags(add)
 
-    cluster = commands.add_parser("cluster", help="HyperPod cluster").add_subparsers(
-        dest="cluster_command", required=True
+    cluster_help = "the state of a HyperPod cluster"
+    cluster = commands.add_parser("cluster", help=cluster_help, description=cluster_help).add_subparsers(
+        dest="cluster_command", required=True, metavar="COMMAND"
     )
     status = aws_subcommand(
-        cluster, "status", help="the HyperPod and EKS clusters, and the stacks' outputs", handler=run_cluster_status
+        cluster,
+        "status",
+        help="the HyperPod cluster, its instance groups, its EKS cluster and the app's stack outputs",
+        handler=run_cluster_status,
+        json_holds="the same as one object",
     )
-    status.add_argument("--stack-prefix", default="llm-infra", help="the app's project_name")
+    status.add_argument(
+        "--stack-prefix",
+        default="llm-infra",
+        help="the app's project_name, which starts its stacks' names (default: llm-infra)",
+    )
 
 
 def aws_subcommand(
-    subcommands: Any, name: str, *, help: str, handler: Callable[[argparse.Namespace], int], **defaults: Any
+    subcommands: Any,
+    name: str,
+    *,
+    help: str,
+    handler: Callable[[argparse.Namespace], int],
+    json_holds: str,
+    **defaults: Any,
 ) -> argparse.ArgumentParser:
-    """A subcommand that calls ``handler`` with its arguments, the AWS flags among them."""
-    parser: argparse.ArgumentParser = subcommands.add_parser(name, help=help)
+    """A HyperPod subcommand that calls ``handler`` with its arguments: --cluster, the AWS flags, --output."""
+    parser: argparse.ArgumentParser = subcommands.add_parser(name, help=help, description=help)
+    parser.add_argument("--cluster", required=True, metavar="NAME", help=HYPERPOD_CLUSTER_HELP)
     add_aws_flags(parser)
+    add_output_flag(parser, json_holds)
     parser.set_defaults(handler=handler, **defaults)
     return parser
 
 
-def add_aws_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cluster", required=True, help="HyperPod cluster name")
-    parser.add_argument("--profile", help="AWS profile (default: the standard credential chain)")
-    parser.add_argument("--region", help="AWS region (default: AWS_REGION, AWS_DEFAULT_REGION, then the profile's)")
-    parser.add_argument("--endpoint-url", help="a local AWS endpoint, e.g. for tests")
-    parser.add_argument("--json", action="store_true", help="JSON output")
+def add_aws_flags(parser: argparse.ArgumentParser, *, region_default: str = "") -> None:
+    """--profile, --region and --endpoint-url, as the AWS CLI has them. ``region_default`` names what a
+    command looks at before the AWS CLI's order (the app's config)."""
+    parser.add_argument(
+        "--profile", help="AWS profile from ~/.aws/config (default: AWS_PROFILE, else the default credential chain)"
+    )
+    parser.add_argument(
+        "--region",
+        help=f"AWS region (default: {region_default}AWS_REGION, then AWS_DEFAULT_REGION, then the profile's region)",
+    )
+    parser.add_argument(
+        "--endpoint-url",
+        metavar="URL",
+        help="send every AWS request to this endpoint, e.g. a local one in tests (default: AWS's own)",
+    )
 
 
 def add_wait_flags(parser: argparse.ArgumentParser) -> None:
     """How a command waits for the nodes it asked for: --no-wait, or a poll with a timeout."""
-    parser.add_argument("--no-wait", action="store_true", help="return once the API accepted the request")
-    parser.add_argument("--timeout-minutes", type=float, default=60)
-    parser.add_argument("--poll-seconds", type=float, default=30)
+    parser.add_argument(
+        "--no-wait", action="store_true", help="return once the API accepted the request (default: wait)"
+    )
+    parser.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=60,
+        metavar="MINUTES",
+        help="stop waiting for the nodes to be Running after this many minutes (default: 60)",
+    )
+    parser.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=30,
+        metavar="SECONDS",
+        help="seconds between looks at ListClusterNodes while waiting (default: 30)",
+    )
 
 
 def wait_with_progress(args: argparse.Namespace, wait: Callable[..., Waited], *what: Any) -> Waited:
     """``wait(*what)`` (a poll of hyperpod_ops) under the command's --timeout-minutes and --poll-seconds,
-    with a progress bar on stderr."""
+    with its progress on stderr."""
+    progress = Progress()
     waited = wait(
-        *what, timeout_seconds=args.timeout_minutes * 60, poll_seconds=args.poll_seconds, on_progress=progress_bar
+        *what, timeout_seconds=args.timeout_minutes * 60, poll_seconds=args.poll_seconds, on_progress=progress
     )
-    print(file=sys.stderr)  # ends the progress bar's line
+    progress.close()
     return waited
+
+
+@dataclass(frozen=True)
+class Region:
+    name: str
+    source: str  # where it came from, in words: "--region", "AWS_REGION", ...
+
+
+def resolve_region(args: argparse.Namespace, app_regions: Sequence[tuple[str, str | None]] = ()) -> Region:
+    """The AWS region as the AWS CLI resolves it: --region, then AWS_REGION, then AWS_DEFAULT_REGION, then
+    the profile's. ``app_regions`` (where it came from, the region or None) come right after --region: for
+    the commands that act where the app's config deployed. NoRegionError when none says."""
+    given = [
+        ("--region", args.region),
+        *app_regions,
+        ("AWS_REGION", os.environ.get("AWS_REGION")),
+        ("AWS_DEFAULT_REGION", os.environ.get("AWS_DEFAULT_REGION")),
+    ]
+    for source, name in given:
+        if name:
+            return Region(name, source)
+    import boto3
+    from botocore.exceptions import NoRegionError
+
+    session = boto3.Session(profile_name=args.profile)
+    if session.region_name:
+        return Region(session.region_name, f"the region of profile {session.profile_name}")
+    raise NoRegionError
 
 
 def aws_client(args: argparse.Namespace, service: str) -> Any:
     import boto3
     from botocore.config import Config
 
-    # As the AWS CLI: --region, then AWS_REGION, then AWS_DEFAULT_REGION and the profile (boto3's own order).
-    session = boto3.Session(profile_name=args.profile, region_name=args.region or os.environ.get("AWS_REGION"))
+    session = boto3.Session(profile_name=args.profile, region_name=resolve_region(args).name)
     config = Config(retries={"mode": "standard", "max_attempts": 5})
     return session.client(service, endpoint_url=args.endpoint_url, config=config)
 
@@ -102,12 +208,13 @@ def run_nodes_list(args: argparse.Namespace) -> int:
     from llm_infra.hyperpod_ops import list_nodes
 
     nodes = list_nodes(aws_client(args, "sagemaker"), args.cluster, unhealthy_only=args.unhealthy)
-    if args.json:
+    if args.output == OUTPUT_JSON:
         print(json.dumps([n.__dict__ for n in nodes]))
     else:
         print_table(
-            ["node", "group", "type", "status", "launched"],
+            ["instance id", "group", "type", "status", "launched"],
             [[n.node_id, n.instance_group, n.instance_type, n.status, n.launch_time] for n in nodes],
+            text_columns=5,
         )
         print(f"{len(nodes)} nodes")
     return 0
@@ -117,12 +224,12 @@ def run_nodes_action(args: argparse.Namespace) -> int:
     from llm_infra.hyperpod_ops import batch_action, wait_until_running
 
     if not args.yes:
-        answer = input(f"{args.action} {len(args.nodes)} node(s) of {args.cluster}: {', '.join(args.nodes)}? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
+        nodes = ", ".join(args.instance_ids)
+        if not confirm(f"{args.action} {len(args.instance_ids)} node(s) of {args.cluster}: {nodes}?"):
             print("aborted", file=sys.stderr)
             return 1
     sagemaker = aws_client(args, "sagemaker")
-    result = batch_action(sagemaker, args.action, args.cluster, args.nodes)
+    result = batch_action(sagemaker, args.action, args.cluster, args.instance_ids)
     for failure in result.failed:
         print(f"failed: {failure['NodeId']}: {failure.get('ErrorCode')}: {failure.get('Message')}", file=sys.stderr)
     pending: list[str] = []
@@ -136,7 +243,7 @@ def run_nodes_action(args: argparse.Namespace) -> int:
     }
     print(
         json.dumps(report)
-        if args.json
+        if args.output == OUTPUT_JSON
         else f"{args.action}: {len(result.successful)} accepted, {len(result.failed)} failed, {len(pending)} not back"
     )
     return 0 if not result.failed and not pending else 1
@@ -168,7 +275,7 @@ def run_nodes_add(args: argparse.Namespace) -> int:
         "target_count": result.target_count,
         "running": running,
     }
-    if args.json:
+    if args.output == OUTPUT_JSON:
         print(json.dumps(report))
     else:
         waited = "" if running is None else f", {running}/{result.target_count} running"
@@ -187,5 +294,27 @@ def run_cluster_status(args: argparse.Namespace) -> int:
         args.cluster,
         args.stack_prefix,
     )
-    print(json.dumps(status, indent=None if args.json else 2, default=str))
+    if args.output == OUTPUT_JSON:
+        print(json.dumps(status, default=str))
+    else:
+        print_cluster_status(status)
     return 0
+
+
+def print_cluster_status(status: dict[str, Any]) -> None:
+    recovery = status["node_recovery"] or "not set"
+    print(f"HyperPod cluster {status['cluster']}: {status['status']}, node recovery {recovery}")
+    eks = status.get("eks")
+    if eks:
+        print(f"EKS cluster {eks['name']}: {eks['status']}, Kubernetes {eks['version']}")
+    print()
+    print_table(
+        ["instance group", "type", "nodes", "target"],
+        [[g["name"], g["type"], str(g["count"]), str(g["target"])] for g in status["instance_groups"]],
+        text_columns=2,
+    )
+    if status["stack_outputs"]:
+        print()
+        print_table(
+            ["stack output", "value"], [list(item) for item in sorted(status["stack_outputs"].items())], text_columns=2
+        )

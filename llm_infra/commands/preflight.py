@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from llm_infra.commands.cluster_access import add_config_flags, load_config
-from llm_infra.commands.hyperpod import aws_client
+from llm_infra.commands.hyperpod import add_aws_flags, aws_client, resolve_region
 from llm_infra.config import TrainingConfig
-from llm_infra.terminal import print_table
+from llm_infra.terminal import OUTPUT_JSON, add_output_flag, print_table
 
 EXIT_FAILED = 1
 
@@ -26,15 +25,8 @@ def register(commands: Any) -> None:
         "Exits 1 when a check fails.",
     )
     add_config_flags(parser)
-    parser.add_argument("--profile", help="AWS profile (default: the standard credential chain)")
-    parser.add_argument(
-        "--region",
-        help="AWS region to check (default: the config's region, else AWS_REGION, AWS_DEFAULT_REGION or the profile's)",
-    )
-    parser.add_argument("--endpoint-url", help="a local AWS endpoint for every service, e.g. for tests")
-    parser.add_argument(
-        "--output", choices=("table", "json"), default="table", help="a table with fixes (default), or JSON"
-    )
+    add_aws_flags(parser, region_default="the app's config (region), then ")
+    add_output_flag(parser, "the region, the account and every check")
     parser.set_defaults(handler=run_preflight)
 
 
@@ -45,9 +37,7 @@ def run_preflight(args: argparse.Namespace) -> int:
 
     config = load_config(args)
     try:
-        args.region = _region(args, config)
-        if not args.region:
-            return _error(_no_region(config))
+        args.region = resolve_region(args, [("the app's config (region)", config.region)]).name
         clients: dict[str, Any] = {}
 
         def client(service: str) -> Any:
@@ -66,22 +56,11 @@ def run_preflight(args: argparse.Namespace) -> int:
         results = run_checks(config, region=args.region, account=account, client=client)
     except BotoCoreError as err:
         return _error(_sdk_error(err, args, config))
-    if args.output == "json":
+    if args.output == OUTPUT_JSON:
         print(json.dumps({"region": args.region, "account": account, "checks": [r.to_json() for r in results]}))
     else:
         _print_report(results, account, args.region)
     return EXIT_FAILED if failed(results) else 0
-
-
-def _region(args: argparse.Namespace, config: TrainingConfig) -> str | None:
-    """--region, else the config's region, else AWS_REGION (which the CDK CLI reads and boto3 does not),
-    else what boto3 resolves (AWS_DEFAULT_REGION, the profile's region)."""
-    explicit = args.region or config.region or os.environ.get("AWS_REGION")
-    if explicit:
-        return str(explicit)
-    import boto3
-
-    return boto3.Session(profile_name=args.profile).region_name
 
 
 def _no_region(config: TrainingConfig) -> str:
@@ -119,12 +98,7 @@ def _sdk_error(err: Exception, args: argparse.Namespace, config: TrainingConfig)
 
 
 def _print_report(results: list[Any], account: str, region: str) -> None:
-    # print_table right-aligns every column but the first (numbers); cells padded to their column's width
-    # read left-aligned, as text should.
-    rows = [["check", "status", "detail"], *([r.name, r.status, r.detail] for r in results)]
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    header, *body = [[cell.ljust(w) for cell, w in zip(row, widths, strict=True)] for row in rows]
-    print_table(header, body)
+    print_table(["check", "status", "detail"], [[r.name, r.status, r.detail] for r in results], text_columns=3)
     fixes = [r for r in results if r.status in ("FAIL", "WARN") and r.fix]
     if fixes:
         print()

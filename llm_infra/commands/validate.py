@@ -20,56 +20,69 @@ from llm_infra.commands.cluster_access import (
     workload_values,
 )
 from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from llm_infra.kube import Kube, KubeError
-from llm_infra.terminal import UsageError, print_table, progress_bar
-
-EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130
+from llm_infra.terminal import OUTPUT_JSON, Progress, RenamedFlag, UsageError, confirm, print_table
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser(
-        "validate",
-        help="run the ValidationChart's jobs (health, NCCL gate, training with a fault) on a cluster; one verdict",
+    validate_help = (
+        "run the ValidationChart's jobs on a cluster (health on every GPU node, the NCCL gate, a training run "
+        "with a fault that must resume); one verdict, nothing left running"
     )
-    add_cluster_flags(parser)
-    parser.add_argument("--nodes", type=int, help="GPU nodes to validate (default: every schedulable GPU node)")
+    parser = commands.add_parser("validate", help=validate_help, description=validate_help)
+    add_cluster_flags(parser, "the whole report, every stage and node")
     parser.add_argument(
-        "--start-timeout", type=float, default=900, help="seconds until every pod of a job is scheduled (default 900)"
+        "--node-count",
+        type=int,
+        metavar="N",
+        help="how many GPU nodes to validate (default: every schedulable GPU node)",
     )
-    parser.add_argument("--timeout-minutes", type=float, default=60, help="per job (default 60)")
+    parser.add_argument("--nodes", action=RenamedFlag, new="--node-count N")
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=900,
+        metavar="SECONDS",
+        help="seconds until every pod of a job is scheduled, else the stage fails with the cause (default: 900)",
+    )
+    parser.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=60,
+        metavar="MINUTES",
+        help="minutes each job may run (default: 60)",
+    )
     parser.add_argument(
         "--apply-base",
         action="store_true",
-        help="server-side apply the base and FSx charts first (what cdk deploy applies; they stay)",
+        help="server-side apply the base and FSx charts first, as cdk deploy does; they stay (default: only check "
+        "that they are there)",
     )
     parser.add_argument(
-        "--replace-existing", action="store_true", help="delete validation jobs an earlier run left, then start"
+        "--replace-existing",
+        action="store_true",
+        help="delete validation jobs an earlier run left, then start (default: stop and name them)",
     )
     parser.add_argument(
         "--replace-failed",
         action="store_true",
-        help="HyperPod: label nodes that fail the health check for replacement (asks first)",
+        help="HyperPod: label the nodes that fail the health check for replacement, after asking (default: only "
+        "report them)",
     )
-    parser.add_argument("--yes", action="store_true", help="do not ask before --replace-failed labels nodes")
+    parser.add_argument("--yes", action="store_true", help="label without asking, with --replace-failed (default: ask)")
     parser.set_defaults(handler=run_validate)
 
 
 class StderrUi:
-    """Stage lines and a progress bar on stderr (stdout keeps the table or the JSON)."""
+    """Stage lines and the progress of each stage on stderr (stdout keeps the table or the JSON)."""
 
     def __init__(self) -> None:
-        self._bar_open = False
+        self.progress = Progress()
 
     def log(self, message: str) -> None:
-        if self._bar_open:
-            print(file=sys.stderr)
-            self._bar_open = False
+        self.progress.close()
         print(message, file=sys.stderr, flush=True)
-
-    def progress(self, done: int, total: int) -> None:
-        progress_bar(done, total)
-        self._bar_open = True
 
 
 @contextmanager
@@ -90,8 +103,8 @@ def run_validate(args: argparse.Namespace) -> int:
     config = load_config(args)
     if args.replace_failed and config.compute != "hyperpod":
         raise UsageError("--replace-failed: only with compute=hyperpod (HyperPod replaces labelled nodes)")
-    if args.nodes is not None and args.nodes < 1:
-        raise UsageError(f"--nodes: {args.nodes} must be >= 1")
+    if args.node_count is not None and args.node_count < 1:
+        raise UsageError(f"--node-count: {args.node_count} must be >= 1")
     target = resolve_cluster(args, config)
     try:
         with connect(args, target) as kube:
@@ -123,9 +136,11 @@ def _validate(args: argparse.Namespace, config: TrainingConfig, target: ClusterT
             f"no schedulable GPU node (labelled llm-infra.aws/node-role=gpu, Ready, not cordoned, allowed by the "
             f"jobs' node affinity): {found}; nothing was started"
         )
-    if args.nodes and args.nodes > len(usable):
-        return _fail(f"--nodes: {args.nodes} requested, {len(usable)} schedulable GPU node(s): {', '.join(usable)}")
-    count = args.nodes or len(usable)
+    if args.node_count and args.node_count > len(usable):
+        return _fail(
+            f"--node-count: {args.node_count} requested, {len(usable)} schedulable GPU node(s): {', '.join(usable)}"
+        )
+    count = args.node_count or len(usable)
     if count != config.gpu_nodes:  # the jobs span the nodes there are: the chart sizes each job from gpu_nodes
         try:
             sized = config.with_(gpu_nodes=count, gpu_nodes_min=None, gpu_nodes_max=None)
@@ -176,6 +191,7 @@ def _validate(args: argparse.Namespace, config: TrainingConfig, target: ClusterT
             ui.log("interrupted: deleting the validation jobs")
         finally:
             left = run.cleanup()
+    ui.progress.close()
     if left:
         ui.log(f"warning: pods still terminating after cleanup: {', '.join(left)}")
     if interrupted:
@@ -193,7 +209,7 @@ def _validate(args: argparse.Namespace, config: TrainingConfig, target: ClusterT
         "leftover_pods": left,
         "verdict": "pass" if passed else "fail",
     }
-    if args.json:
+    if args.output == OUTPUT_JSON:
         print(json.dumps(report))
     else:
         _print_report(report, results)
@@ -207,12 +223,8 @@ def _replace_failed(args: argparse.Namespace, kube: Kube, results: list[Any], ui
     if not failed:
         return []
     if not args.yes:
-        print(
-            f"label {len(failed)} node(s) for HyperPod replacement: {', '.join(failed)}? [y/N] ",
-            end="",
-            file=sys.stderr,
-        )
-        if input().strip().lower() not in ("y", "yes"):
+        ui.progress.close()
+        if not confirm(f"label {len(failed)} node(s) for HyperPod replacement: {', '.join(failed)}?"):
             ui.log("not labelled")
             return []
     for node in failed:
@@ -232,12 +244,16 @@ def _print_report(report: dict[str, Any], results: list[Any]) -> None:
                 problems.setdefault(pod.node, []).extend(failing)
             elif pod.node in result.failed_nodes:
                 problems.setdefault(pod.node, []).append(f"no verdict (exit {pod.exit_code})")
+    header = ["node", *(r.stage for r in results), "problems"]
     print_table(
-        ["node", *(r.stage for r in results), "problems"],
+        header,
         [[node, *(r.on_node(node) for r in results), ", ".join(problems.get(node, []))] for node in report["nodes"]],
+        text_columns=len(header),
     )
     print()
-    print_table(["stage", "job", "outcome", "detail"], [[r.stage, r.job, r.outcome, r.detail] for r in results])
+    print_table(
+        ["stage", "job", "outcome", "detail"], [[r.stage, r.job, r.outcome, r.detail] for r in results], text_columns=4
+    )
     if report["labelled_for_replacement"]:
         print(f"labelled for replacement: {', '.join(report['labelled_for_replacement'])}")
     print(f"validation of {report['cluster']}: {report['verdict'].upper()}")
