@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test lint clean crds dashboard k8s
+.PHONY: setup synth test lint clean crds dashboard k8s docs
 
 setup: $(STAMP)
 
@@ -34,6 +34,10 @@ dashboard: synth
 
 test: $(STAMP) lint crds
 	$(BIN)/python -m pytest -q
+
+# The docs site (mkdocs-material, mkdocs.yml) into site/; --strict: a broken link or anchor fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # The pinned upstream CRDs the manifests are validated against (llm_infra/crds.py has the sources).
 crds: $(STAMP)
