@@ -17,7 +17,11 @@ rank 0's pod log, both streams (``kubectl logs`` gives both), to measure everyth
 The drill's report, one JSON object (also accepted as a line): ``{"kind": "llm-infra/drill",
 "version": 1, "compute", "fault", "node", "phases_seconds": {...}, "recovery_seconds"}`` with
 ``recovery_seconds`` from the injected fault to the first training step after the resume, or null
-when the drill did not see one.
+when the drill did not see one: such a report measures no recovery, and says so
+(``RunMeasurements.drills_without_recovery``) rather than leave the plan to a default in silence.
+
+What a run was (``RunMeasurements.runs``, from its start lines: device, model preset, world size) lets
+the planner say when it scales another job's measurements: a CPU run, or another model size.
 """
 
 from __future__ import annotations
@@ -40,6 +44,51 @@ class Measurement:
     how: str  # what was measured, in words
 
 
+# Parameters of the payload's model presets (workloads/model.py ``parameter_count``, which needs torch;
+# tests/test_plan_from_run.py holds the two equal): what a run's start line ``preset`` trained.
+PRESET_PARAMETERS: dict[str, int] = {
+    "tiny": 5_245_184,
+    "1b": 1_235_814_400,
+    "8b": 8_030_261_248,
+    "llama3-8b": 8_030_261_248,
+    "llama2-7b": 6_738_415_616,
+    "70b": 70_553_706_496,
+}
+
+
+def parameters_text(count: float) -> str:
+    """``5.2M``, ``8.03B``: a parameter count as model names give it."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if count >= scale:
+            return f"{count / scale:.3g}{suffix}"
+    return f"{count:g}"
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What one ``--from-run`` file ran, from its start lines (empty where it has none, e.g. a drill report)."""
+
+    path: str
+    devices: tuple[str, ...] = ()
+    presets: tuple[str, ...] = ()
+    world_sizes: tuple[int, ...] = ()
+
+    @property
+    def parameters(self) -> int | None:
+        """The model's parameter count, when every start line names one known preset."""
+        if len(self.presets) != 1:
+            return None
+        return PRESET_PARAMETERS.get(self.presets[0])
+
+    def describe(self) -> str:
+        """``a cpu run of the tiny model (5.2M parameters) on 2 ranks``."""
+        devices = " and ".join(self.devices) or "?"
+        model = " and ".join(self.presets) or "an unnamed"
+        parameters = f" ({parameters_text(self.parameters)} parameters)" if self.parameters else ""
+        ranks = " or ".join(str(size) for size in self.world_sizes) or "?"
+        return f"a {devices} run of the {model} model{parameters} on {ranks} ranks"
+
+
 @dataclass(frozen=True)
 class RunMeasurements:
     """A run's measured plan inputs; None where the logs do not say."""
@@ -53,13 +102,21 @@ class RunMeasurements:
     shutdown_budget_seconds: Measurement | None = None
     # What the logs say about stopping that the plan does not model, in words.
     notes: tuple[str, ...] = ()
+    runs: tuple[RunShape, ...] = ()  # one a file, in the order given
+    # Drill reports whose recovery_seconds is null (no step seen after the resume), in words.
+    drills_without_recovery: tuple[str, ...] = ()
 
 
 def read_runs(paths: Iterable[str]) -> RunMeasurements:
     """The measurements in the payload logs and drill reports at ``paths`` (``--from-run``)."""
     records: list[dict[str, Any]] = []
+    shapes: list[RunShape] = []
+    unrecovered: list[str] = []
     for path in paths:
-        records.extend(_records(Path(path)))
+        read = _records(Path(path))
+        records.extend(read)
+        shapes.append(_shape(path, read))
+        unrecovered += [_unrecovered(path, r) for r in read if r.get("kind") == DRILL_KIND and not _recovered(r)]
     drills = [r for r in records if r.get("kind") == DRILL_KIND]
     events = sorted((r for r in records if "event" in r and isinstance(r.get("time"), int | float)), key=_time)
     budget = _shutdown_budget_seconds(events)
@@ -71,8 +128,50 @@ def read_runs(paths: Iterable[str]) -> RunMeasurements:
             [r["step_time_s"] for r in events if r["event"] == "step" and r.get("step_time_s")], "median step time"
         ),
         shutdown_budget_seconds=budget,
-        notes=_stop_notes(events, budget),
+        notes=_stop_notes(events, budget) + _unresumed_faults(events),
+        runs=tuple(shapes),
+        drills_without_recovery=tuple(unrecovered),
     )
+
+
+def _shape(path: str, records: list[dict[str, Any]]) -> RunShape:
+    starts = [r for r in records if r.get("event") == "start"]
+
+    def distinct(key: str) -> tuple[Any, ...]:
+        return tuple(dict.fromkeys(r[key] for r in starts if r.get(key) is not None))
+
+    return RunShape(
+        path=path,
+        devices=tuple(str(d) for d in distinct("device")),
+        presets=tuple(str(p) for p in distinct("preset")),
+        world_sizes=tuple(int(w) for w in distinct("world_size") if _number(w)),
+    )
+
+
+def _recovered(drill: dict[str, Any]) -> bool:
+    return _number(drill.get("recovery_seconds"))
+
+
+def _unrecovered(path: str, drill: dict[str, Any]) -> str:
+    """A drill report without a recovery, in words: which drill, and the last phase it saw."""
+    phases = drill.get("phases_seconds")
+    seen = [(name, s) for name, s in phases.items() if _number(s)] if isinstance(phases, dict) else []
+    last = f"; the last phase it saw: {seen[-1][0]}, {seen[-1][1]:g} s after the fault" if seen else ""
+    return (
+        f"{path}: the {drill.get('fault', '?')} drill on {drill.get('compute', '?')} has recovery_seconds null "
+        f"(it saw no training step after the resume{last})"
+    )
+
+
+def _unresumed_faults(events: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Injected faults no restart followed in the logs: no recovery measured from them."""
+    restarts = [_time(r) for r in events if r["event"] == "start" and (r.get("restart") or 0) > 0]
+    lone = [r for r in events if r["event"] == "fault" and not any(t > _time(r) for t in restarts)]
+    if not lone:
+        return ()
+    steps = ", ".join(str(r.get("step")) for r in lone)
+    faults, them = ("the fault at step", "it") if len(lone) == 1 else ("the faults at steps", "them")
+    return (f"no restart after {faults} {steps} in the logs: no recovery measured from {them}",)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -119,7 +218,7 @@ def _checkpoint_seconds(events: list[dict[str, Any]]) -> Measurement | None:
 
 
 def _drill_recovery(drills: list[dict[str, Any]]) -> Measurement | None:
-    measured = [d for d in drills if isinstance(d.get("recovery_seconds"), int | float)]
+    measured = [d for d in drills if _recovered(d)]
     if not measured:
         return None
     faults = ", ".join(sorted({f"{d.get('fault')} on {d.get('compute')}" for d in measured}))

@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -55,16 +54,8 @@ def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
     return capsys.readouterr().err.splitlines()
 
 
-# The planner's commands (llm_infra/commands/plan.py) are another change's: their flags lack help and defaults
-# today. Remove these marks once plan.py uses terminal.add_output_flag and says each flag's default and unit.
-PLANNER = {"llm-infra plan", "llm-infra simulate"}
-PLANNER_MARK = pytest.mark.xfail(reason="plan.py's flags are the planner change's (issue 23)", strict=False)
-
-
-def commands(*, planner_marked: bool = True) -> list[Any]:
-    return [
-        pytest.param(prog, marks=PLANNER_MARK if prog in PLANNER and planner_marked else ()) for prog in leaf_commands()
-    ]
+def commands() -> list[str]:
+    return list(leaf_commands())
 
 
 # ---- --version ----------------------------------------------------------------------------------------------
@@ -196,10 +187,7 @@ def help_problems(parser: argparse.ArgumentParser) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize(
-    "prog",
-    [pytest.param(p.prog, marks=PLANNER_MARK if p.prog in PLANNER else ()) for p in parsers()],
-)
+@pytest.mark.parametrize("prog", [p.prog for p in parsers()])
 def test_every_flag_has_help_with_its_default_and_unit_and_no_markup(prog: str) -> None:
     (parser,) = [p for p in parsers() if p.prog == prog]
     assert help_problems(parser) == []
@@ -278,7 +266,7 @@ def test_replace_and_reboot_describe_themselves() -> None:
 
 
 # ---- usage errors: two lines, as kubectl's ------------------------------------------------------------------------
-@pytest.mark.parametrize("prog", commands(planner_marked=False))
+@pytest.mark.parametrize("prog", commands())
 def test_a_usage_error_is_two_lines_naming_the_commands_help(prog: str, capsys: pytest.CaptureFixture[str]) -> None:
     first, second = usage_error(capsys, *prog.split()[1:], "--no-such-flag")
     assert first.startswith(f"{prog}: error: ") and second == f"See '{prog} --help'."

@@ -285,7 +285,8 @@ def test_plot_writes_a_png(capsys, tmp_path: Path) -> None:
         (["--instances", "8", "--mtbf-hours", "0", "--gpu-hours", "10"], "--mtbf-hours: 0.0 must be > 0"),
         (
             ["--instances", "1000", "--mtbf-hours", "10", "--gpu-hours", "10", "--checkpoint-stall", "60"],
-            "--checkpoint-stall: 60 s is not below the job MTBF (36 s",
+            "the checkpoint stall of 60 s (--checkpoint-stall 60) is not below the job MTBF of 36 s (--mtbf-hours 10 "
+            "over --instances 1000)",
         ),
         (["--instances", "8", "--mtbf-hours", "100", "--tokens", "1e12"], "--tokens needs --params"),
         (["--instances", "8", "--mtbf-hours", "100", "--gpu-hours", "-5"], "the job size must be > 0"),
@@ -305,8 +306,13 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(capsys, argv: list[str]
 
 
 def test_simulate_needs_a_job_size(capsys) -> None:
-    code, _, err = run_cli(capsys, "simulate", "--instances", "8", "--mtbf-hours", "100")
-    assert code == 2 and "--gpu-hours or --tokens: simulate needs a job size" in err
+    # Its parser requires one (and its --help says so: tests/test_planner_checks.py).
+    with pytest.raises(SystemExit) as exited:
+        main(["simulate", "--instances", "8", "--mtbf-hours", "100"])
+    assert exited.value.code == 2
+    assert "one of the arguments --gpu-hours --tokens is required" in capsys.readouterr().err
+    with pytest.raises(PlanError, match="--gpu-hours or --tokens: simulate needs a job size"):
+        simulate(job(gpu_hours=None))
 
 
 def test_argparse_errors_exit_2_too() -> None:
