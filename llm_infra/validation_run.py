@@ -30,7 +30,7 @@ from llm_infra.job_state import (
     stuck_containers,
 )
 from llm_infra.k8s_manifests.values import WorkloadValues
-from llm_infra.kube import Kube, event_time
+from llm_infra.kube import Kube, KubeError, event_time
 from llm_infra.node_labels import NODE_ROLE_LABEL
 from llm_infra.payload_log import json_objects
 
@@ -184,8 +184,14 @@ class ValidationRun:
 
     def _stage(self, stage: str, job: dict[str, Any]) -> StageResult:
         name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
-        self.kube.create(job)
+        # Recorded first: an interrupt that lands while the create is under way (the server may have
+        # stored the job before the answer arrives) still finds it to delete.
         self.created.append(job)
+        try:
+            self.kube.create(job)
+        except KubeError:  # not ours (say, it already exists): not ours to delete either
+            self.created.remove(job)
+            raise
         expected = expected_pods(job)
         started_at = self.clock()
         # Finished pods' logs are read as soon as they finish: an operator may delete pods when the job ends.

@@ -195,3 +195,22 @@ def hyperpod_double(
     with KubeApiDouble() as api, stub:
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
         yield api, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]
+
+
+# ---- the real control plane (issue 22) ----------------------------------------------------------
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[Any]:
+    """etcd, kube-apiserver, kube-scheduler, kube-controller-manager and KWOK on 127.0.0.1, once per
+    session (``llm_infra.control_plane``; no operators); skips when ``make k8s`` has not built them."""
+    from llm_infra import control_plane as cp
+
+    components = ("kube-controller-manager", "kube-scheduler", "kwok")
+    bin_dir = cp.default_bin_dir()
+    absent = cp.missing_binaries(bin_dir, (*cp.REQUIRED, *components))
+    if absent:
+        pytest.skip(
+            f"real control plane: {', '.join(absent)} not built in {bin_dir}; run `make k8s` "
+            f"or set {cp.BIN_DIR_VARIABLE} to prebuilt binaries"
+        )
+    with cp.ControlPlane(bin_dir, components=components) as plane:
+        yield plane

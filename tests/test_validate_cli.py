@@ -1,5 +1,8 @@
 """`llm-infra validate` against the Kubernetes API test double (tests/kube_api_double.py), through the
-real `kubernetes` client and a generated kubeconfig.
+real `kubernetes` client and a generated kubeconfig: the runs whose PyTorchJob / HyperPodPyTorchJob
+stages need a training operator (none runs on the real control plane here yet), plus the checks that
+need no cluster. Every run that only creates the health stage's batch/v1 Job runs on the real API
+server instead: tests/test_validate_real_api.py.
 
 AWS: the EKS cluster behind `--cluster` lives in moto (server mode, on loopback); HyperPod's
 DescribeCluster is answered by botocore's Stubber against the real service model (moto's answer has no
@@ -10,8 +13,6 @@ gate and the training run, recorded nvidia-smi output for the health check).
 from __future__ import annotations
 
 import json
-import os
-import signal
 
 import pytest
 from kube_api_double import JOB_KINDS, ChartPayload, JobController, KubeApiDouble
@@ -122,47 +123,6 @@ def test_the_table_shows_each_node_and_stage(healthy_eks_cluster, capsys) -> Non
     assert lines[-1] == "validation of train: PASS"
 
 
-def test_a_faulty_node_fails_the_health_check_and_stops_the_run(eks_double, capsys) -> None:
-    """One node answers nvidia-smi with 7 GPUs and ECC errors: health fails on it, the rest is skipped."""
-    api, flags = eks_double
-    cluster(api, app_config())
-    api.controllers.append(JobController(ChartPayload(faulty_nodes=frozenset({"gpu-b"}))))
-    code, out, _ = validate(capsys, flags)
-    assert code == 1
-    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:3]}
-    assert rows["gpu-a"][1:4] == ["pass", "skipped", "skipped"]
-    assert rows["gpu-b"][1:4] == ["fail", "skipped", "skipped"]
-    assert "gpu_count" in rows["gpu-b"][4]
-    assert out.splitlines()[-1] == "validation of train: FAIL"
-    assert [o["metadata"]["name"] for o in api.received] == ["validation-1-health"]
-    assert left_running(api) == []
-
-
-def test_no_gpu_node_is_a_clear_error_and_starts_nothing(eks_double, capsys) -> None:
-    """moto (EKS): a system node and a GPU node that is not Ready: exit 1 before anything is created."""
-    api, flags = eks_double
-    api.add_node("system-1", gpus=0, role="system")
-    api.add_node("gpu-a", ready=False)
-    code, out, err = validate(capsys, flags)
-    assert code == 1 and not out
-    assert "no schedulable GPU node" in err and "1 GPU node(s), none that the jobs may use" in err
-    assert api.received == [] and left_running(api) == []
-
-
-def test_a_job_that_never_starts_names_the_likely_cause(eks_double, capsys) -> None:
-    """GPU nodes without allocatable GPUs (no device plugin): the pods stay Pending past --start-timeout."""
-    api, flags = eks_double
-    cluster(api, app_config(), gpus=0)
-    api.controllers.append(JobController(ChartPayload()))
-    code, out, _ = validate(capsys, flags, "--start-timeout", "0.3", "--json")
-    assert code == 1
-    health = json.loads(out)["stages"][0]
-    assert health["outcome"] == "not-started"
-    assert "NVIDIA device plugin is not running" in health["detail"]
-    assert "Insufficient nvidia.com/gpu" in health["detail"]  # the scheduler's own words
-    assert left_running(api) == []
-
-
 def test_an_unknown_cluster_is_bad_input(aws_endpoint, capsys) -> None:
     """moto (EKS): DescribeCluster does not know the name: exit 2."""
     code, out, err = validate(capsys, ["--cluster", "nope", "--endpoint-url", aws_endpoint])
@@ -170,113 +130,7 @@ def test_an_unknown_cluster_is_bad_input(aws_endpoint, capsys) -> None:
     assert "--cluster: no EKS cluster 'nope' in us-east-1" in err
 
 
-def test_missing_platform_objects_are_named(eks_double, capsys) -> None:
-    """Without the base chart (no cdk deploy yet): the missing objects are named, nothing is created."""
-    api, flags = eks_double
-    api.add_node("gpu-a")
-    code, _, err = validate(capsys, flags)
-    assert code == 1
-    assert "Namespace training, ServiceAccount training/training, ConfigMap training/llm-infra-workloads" in err
-    assert "PersistentVolumeClaim training/fsx-data" in err
-    assert api.received == []
-
-
-def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks_double, capsys) -> None:
-    """--apply-base: the base and FSx charts' objects (the FSx ids from the outputs file) are applied and
-    pass the charts' schema checks; a job that cannot start then ends the run."""
-    api, flags = eks_double
-    config = app_config()
-    app = tmp_path / "app"
-    app.mkdir()
-    (app / "cdk.json").write_text((REPO_ROOT / "cdk.json").read_text())
-    outputs = {
-        "FileSystemId": "fs-0123456789abcdef0",
-        "FileSystemDnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
-        "FileSystemMountName": "abcdefgh",
-    }
-    (app / "cdk-outputs.json").write_text(json.dumps({"llm-infra-storage": outputs}))
-    api.add_node("gpu-a")
-    code, out, err = run_cli(
-        capsys,
-        "validate",
-        *flags,
-        "--apply-base",
-        "--start-timeout",
-        "0.1",
-        "--poll-seconds",
-        "0.02",
-        "--app-dir",
-        str(app),
-    )
-    assert code == 1 and "applied PersistentVolume fsx-data-training" in err
-    applied = [(o["kind"], o["metadata"]["name"]) for o in api.received]
-    assert applied[:6] == [
-        ("Namespace", "training"),
-        ("ServiceAccount", "training"),
-        ("ServiceAccount", "data-prep"),
-        ("ConfigMap", "llm-infra-workloads"),
-        ("PersistentVolume", "fsx-data-training"),
-        ("PersistentVolumeClaim", "fsx-data"),
-    ]
-    assert api.get("PersistentVolume", "fsx-data-training")["spec"]["csi"]["volumeHandle"] == outputs["FileSystemId"]
-    assert_applied_objects_pass_the_chart_schemas(api, config)
-    assert "did not start: no pod was created" in out
-    assert left_running(api) == []
-
-
-def test_jobs_left_from_an_earlier_run_are_not_touched(eks_double, capsys) -> None:
-    """moto (EKS): a validation job already there is named and left alone (--replace-existing deletes it)."""
-    api, flags = eks_double
-    config = app_config()
-    cluster(api, config)
-    earlier = objects_for(config).jobs[0]
-    api.put(json.loads(json.dumps(earlier)))
-    code, _, err = validate(capsys, flags)
-    assert code == 1 and "Job training/validation-1-health already exist" in err and "--replace-existing" in err
-    assert api.get("Job", "validation-1-health", "training") is not None and api.received == []
-
-
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupt_deletes_what_the_run_created(eks_double, capsys, signum) -> None:
-    """Ctrl-C (or SIGTERM) while a job runs: the job is deleted before the command exits 130."""
-    api, flags = eks_double
-    sent: list[int] = []
-
-    def interrupt_once_the_job_exists(api: KubeApiDouble) -> None:
-        if api.objects("Job") and not sent:  # no job controller: the job stays as created
-            sent.append(signum)
-            os.kill(os.getpid(), signum)
-
-    cluster(api, app_config())
-    api.controllers.append(interrupt_once_the_job_exists)
-    code, _, err = validate(capsys, flags)
-    assert sent and code == 130 and "deleted Job training/validation-1-health" in err
-    assert [o["metadata"]["name"] for o in api.received] == ["validation-1-health"]
-    assert left_running(api) == []
-
-
 # ---- HyperPod: DescribeCluster through the Stubber (moto's answer has no Orchestrator) ----
-@pytest.mark.parametrize(("answer", "labelled"), [("y", True), ("n", False)])
-def test_replace_failed_labels_failing_hyperpod_nodes_after_asking(
-    hyperpod_double, capsys, monkeypatch, answer, labelled
-) -> None:
-    """HyperPod mode (the chart's jobs for compute=hyperpod): the node failing its health check gets the
-    documented node-health label for replacement, only after a yes."""
-    api, flags = hyperpod_double
-    config = app_config(compute="hyperpod")
-    monkeypatch.setattr("builtins.input", lambda: answer)
-    cluster(api, config)
-    api.controllers.append(JobController(ChartPayload(faulty_nodes=frozenset({"gpu-a"}))))
-    code, out, err = validate(capsys, flags, "--replace-failed")
-    assert code == 1
-    assert "label 1 node(s) for HyperPod replacement: gpu-a?" in err
-    node_label = (api.get("Node", "gpu-a")["metadata"]["labels"]).get(HEALTH_STATUS_KEY)
-    assert node_label == ("UnschedulablePendingReplacement" if labelled else "Schedulable")
-    assert (("labelled for replacement: gpu-a" in out) is labelled) and "gpu-b" not in str(api.patches)
-    assert_applied_objects_pass_the_chart_schemas(api, config)
-    assert left_running(api) == []
-
-
 @pytest.mark.torch
 def test_hyperpod_mode_runs_the_hyperpod_pytorch_jobs(hyperpod_double, capsys) -> None:
     """Stubber (DescribeCluster): with compute=hyperpod the chart's jobs are HyperPodPyTorchJobs; they run,

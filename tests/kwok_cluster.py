@@ -1,0 +1,530 @@
+"""The real control plane (``control_plane`` fixture) as a cluster for the command tests (issue 22).
+
+Everything the commands see is the real API server's: the Jobs they create are scheduled by the real
+kube-scheduler and run by the real Job controller and garbage collector. What no component here can
+do is run a container; a second KWOK plays the kubelet for the test's nodes:
+
+- its Stages (``STAGES``) take each pod to Running, and to Succeeded or Failed with the exit code the
+  test puts in the pod's annotation ``llm-infra.test/exit-code``;
+- its kubelet-like HTTPS server, on 127.0.0.1 (the nodes' InternalIP and daemonEndpoints port), serves
+  ``pods/log`` through the API server from a file per pod: a ``Logs`` object (kwok.x-k8s.io/v1alpha1,
+  ``--enable-crds=Logs``) names it.
+
+:class:`PodRuntime` is the container: for each job pod that runs, it writes the payload's output as a
+CRI log file, names it in a ``Logs`` object, waits until the API server serves it, then sets the exit
+code. The session's own KWOK (``kwok.x-k8s.io/node=fake`` nodes) serves no logs, hence this second one:
+``llm_infra.control_plane`` starts KWOK without ``--config``/``--enable-crds``/``--node-port``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llm_infra import control_plane as cp
+from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
+from llm_infra.kube import Kube, KubeError
+
+MANAGED_ANNOTATION = "llm-infra.test/kwok"  # nodes the log-serving KWOK manages: "logs"
+EXIT_ANNOTATION = "llm-infra.test/exit-code"  # set on a Running pod: KWOK ends it with that code
+NAMESPACE = "training"
+
+STAGES = """
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: node-initialize}
+spec:
+  resourceRef: {apiGroup: v1, kind: Node}
+  selector:
+    matchExpressions:
+    - {key: '.status.conditions.[] | select( .type == "Ready" ) | .status', operator: NotIn, values: ['True']}
+    - {key: '.metadata.annotations["llm-infra.test/ready"]', operator: NotIn, values: ['false']}
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      {{ range NodeConditions }}
+      - lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+        message: {{ .message | Quote }}
+        reason: {{ .reason | Quote }}
+        status: {{ .status | Quote }}
+        type: {{ .type | Quote }}
+      {{ end }}
+      addresses:
+      - address: {{ NodeIP | Quote }}
+        type: InternalIP
+      daemonEndpoints:
+        kubeletEndpoint:
+          Port: {{ NodePort }}
+      phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: pod-ready}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: .metadata.deletionTimestamp, operator: DoesNotExist}
+    - {key: .status.podIP, operator: DoesNotExist}
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: Initialized}
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: Ready}
+      - {lastTransitionTime: {{ $now | Quote }}, status: "True", type: ContainersReady}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+      {{ $uid := or .metadata.uid "" }}
+      {{ $name := or .metadata.name "" }}
+      {{ $namespace := or .metadata.namespace "" }}
+      podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) $uid $name $namespace | Quote }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: pod-exit}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: .metadata.deletionTimestamp, operator: DoesNotExist}
+    - {key: .status.phase, operator: In, values: [Running]}
+    - {key: '.metadata.annotations["llm-infra.test/exit-code"]', operator: Exists}
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $code := index .metadata.annotations "llm-infra.test/exit-code" }}
+      conditions:
+      - {lastTransitionTime: {{ $now | Quote }}, status: "False", type: Ready}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: {{ $code }}
+            finishedAt: {{ $now | Quote }}
+            reason: {{ if eq $code "0" }}Completed{{ else }}Error{{ end }}
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: {{ if eq $code "0" }}Succeeded{{ else }}Failed{{ end }}
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: pod-delete}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: .metadata.deletionTimestamp, operator: Exists}
+  next:
+    finalizers: {empty: true}
+    delete: true
+"""
+
+
+def stand_in_crd(group: str, kind: str, plural: str, *, namespaced: bool = True) -> dict[str, Any]:
+    """A CRD that serves ``kind`` with any content (status subresource included): for kinds whose
+    real CRD is not here (KWOK's Logs; AWS's HyperPodPyTorchJob, whose CRD AWS does not publish)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "versions": [
+                {
+                    "name": "v1alpha1" if group == "kwok.x-k8s.io" else "v1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+
+
+def write_kubeconfig(plane: cp.ControlPlane, path: Path, *, name: str) -> Path:
+    """A kubeconfig for ``plane`` whose context and cluster are ``name`` (as ``aws eks update-kubeconfig``
+    names them: the cluster's ARN)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": name, "cluster": {"server": plane.server, "certificate-authority": str(plane.workdir / "ca.crt")}}
+        ],
+        "users": [{"name": name, "user": {"token": plane.token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _wait(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+class KwokCluster:
+    """The control plane plus a log-serving KWOK for this module's nodes; :meth:`reset` between tests."""
+
+    def __init__(self, plane: cp.ControlPlane) -> None:
+        self.plane = plane
+        self.workdir = plane.workdir / "kwok-logs"
+        self.workdir.mkdir(exist_ok=True)
+        self.kube = Kube.connect(kubeconfig=str(plane.kubeconfig), context=None)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        from llm_infra import crds
+
+        crd_files = [crds.crds_dir() / "kubeflow.org_pytorchjobs.yaml"]
+        for crd in [yaml.safe_load(f.read_text()) for f in crd_files] + [
+            stand_in_crd("kwok.x-k8s.io", "Logs", "logs"),
+            stand_in_crd("sagemaker.amazonaws.com", "HyperPodPyTorchJob", "hyperpodpytorchjobs"),
+        ]:
+            self.kube.apply(crd)
+        for crd_name in (
+            "logs.kwok.x-k8s.io",
+            "pytorchjobs.kubeflow.org",
+            "hyperpodpytorchjobs.sagemaker.amazonaws.com",
+        ):
+            _wait(f"CRD {crd_name} established", functools.partial(self._established, crd_name))
+        self.kube.close()  # a fresh client: its discovery now has the CRDs' kinds
+        self.kube = Kube.connect(kubeconfig=str(self.plane.kubeconfig), context=None)
+        (self.workdir / "stages.yaml").write_text(STAGES)
+        port = cp.free_port()
+        with (self.workdir / "kwok.log").open("wb") as log:
+            self._process = subprocess.Popen(
+                [
+                    str(self.plane.bin_dir / "kwok"),
+                    f"--kubeconfig={self.plane.kubeconfig}",
+                    f"--server-address={cp.LOOPBACK}:{port}",
+                    f"--node-port={port}",
+                    f"--node-ip={cp.LOOPBACK}",
+                    f"--manage-nodes-with-annotation-selector={MANAGED_ANNOTATION}=logs",
+                    "--enable-crds=Logs",
+                    f"--config={self.workdir / 'stages.yaml'}",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+        def healthy() -> bool:
+            import urllib.request
+
+            assert self._process is not None and self._process.poll() is None, self.log_tail()
+            url = f"http://{cp.LOOPBACK}:{port}/healthz"
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as answer:
+                return bool(answer.status == 200)
+            return False
+
+        _wait("log-serving KWOK healthy", healthy, timeout=30)
+
+    def _established(self, name: str) -> bool:
+        crd = self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            os.kill(self._process.pid, signal.SIGTERM)
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self._process.pid, signal.SIGKILL)
+                self._process.wait(timeout=10)
+        self.kube.close()
+
+    def log_tail(self, lines: int = 20) -> str:
+        log = self.workdir / "kwok.log"
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
+
+    # ---- objects ------------------------------------------------------------------------------
+    def add_node(
+        self, name: str, *, gpus: int = 8, role: str = "gpu", ready: bool = True, labels: dict[str, str] | None = None
+    ) -> None:
+        """A node as EKS or HyperPod registers it: a p5.48xlarge's capacity (GPUs and EFA from the device
+        plugins), the role label the stacks set, the GPU taint; KWOK makes it Ready unless ``ready`` is
+        False. The ``node.kubernetes.io/not-ready`` taint that admission adds is lifted, as the node
+        lifecycle controller (not run here) would once the node is Ready."""
+        capacity = {
+            "cpu": "192",
+            "memory": "2048Gi",
+            "pods": "110",
+            "hugepages-2Mi": "20Gi",
+            "nvidia.com/gpu": str(gpus),
+        }
+        if gpus:
+            capacity["vpc.amazonaws.com/efa"] = "32"
+        self.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {MANAGED_ANNOTATION: "logs", "llm-infra.test/ready": str(ready).lower()},
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "llm-infra.aws/node-role": role,
+                        "node.kubernetes.io/instance-type": "p5.48xlarge",
+                        **(labels or {}),
+                    },
+                },
+                "status": {"capacity": capacity, "allocatable": dict(capacity)},
+            }
+        )
+        taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}] if gpus else None
+        self.kube.patch("v1", "Node", name, {"spec": {"taints": taints}})
+        if ready:
+            _wait(f"node {name} Ready", lambda: _ready(self.kube.get("v1", "Node", name) or {}), timeout=30)
+
+    def add_fsx_claim(self, claim: str, namespace: str) -> None:
+        """The FSx claim, bound to a statically provisioned volume as the PV controller leaves them (its
+        own binding waits for a periodic sync, up to 15 s: written here at once)."""
+        from kubernetes import client
+
+        volume = f"{claim}-{namespace}-test"
+        spec = {"accessModes": ["ReadWriteMany"], "storageClassName": ""}
+        created = self.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {
+                    "name": claim,
+                    "namespace": namespace,
+                    "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+                },
+                "spec": {**spec, "volumeName": volume, "resources": {"requests": {"storage": "1200Gi"}}},
+            }
+        )
+        self.kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume},
+                "spec": {
+                    **spec,
+                    "capacity": {"storage": "1200Gi"},
+                    "csi": {"driver": "fsx.csi.aws.com", "volumeHandle": "fs-0123456789abcdef0"},
+                    "claimRef": {"namespace": namespace, "name": claim, "uid": created["metadata"]["uid"]},
+                },
+            }
+        )
+        status = {"phase": "Bound", "accessModes": spec["accessModes"], "capacity": {"storage": "1200Gi"}}
+        client.CoreV1Api(self.kube.api_client).patch_namespaced_persistent_volume_claim_status(
+            claim, namespace, {"status": status}
+        )
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [
+            job
+            for api_version, kind in (
+                ("batch/v1", "Job"),
+                ("kubeflow.org/v1", "PyTorchJob"),
+                ("sagemaker.amazonaws.com/v1", "HyperPodPyTorchJob"),
+            )
+            for job in self.kube.list(api_version, kind, namespace=NAMESPACE)
+        ]
+
+    def job_pods(self) -> list[dict[str, Any]]:
+        return self.kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=JOB_LABEL)
+
+    def reset(self, *, drop_namespace: bool = False) -> None:
+        """Nothing of an earlier test left: its jobs, pods, nodes, volumes, the base chart's objects in the
+        namespace and, with ``drop_namespace``, the namespace."""
+        for job in self.jobs():
+            self.kube.delete(job["apiVersion"], job["kind"], job["metadata"]["name"], NAMESPACE)
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.kube.api_client)
+        for pod in self.kube.list("v1", "Pod", namespace=NAMESPACE):
+            with contextlib.suppress(client.ApiException):
+                core.delete_namespaced_pod(pod["metadata"]["name"], NAMESPACE, grace_period_seconds=0)
+        # The volume protection finalizers wait on the PV controller's periodic sync: lifted here.
+        for claim in self.kube.list("v1", "PersistentVolumeClaim", namespace=NAMESPACE):
+            self.kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], NAMESPACE)
+            with contextlib.suppress(KubeError):
+                self.kube.patch(
+                    "v1",
+                    "PersistentVolumeClaim",
+                    claim["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
+                    NAMESPACE,
+                )
+        for kind in ("Node", "PersistentVolume"):
+            for obj in self.kube.list("v1", kind):
+                if kind == "Node" and MANAGED_ANNOTATION not in (obj["metadata"].get("annotations") or {}):
+                    continue
+                self.kube.delete("v1", kind, obj["metadata"]["name"])
+                if kind == "PersistentVolume":
+                    with contextlib.suppress(KubeError):
+                        self.kube.patch("v1", kind, obj["metadata"]["name"], {"metadata": {"finalizers": None}})
+        for api_version, kind in (
+            ("kwok.x-k8s.io/v1alpha1", "Logs"),
+            ("v1", "ServiceAccount"),
+            ("v1", "ConfigMap"),
+            ("v1", "Event"),
+        ):
+            for obj in self.kube.list(api_version, kind, namespace=NAMESPACE):
+                self.kube.delete(api_version, kind, obj["metadata"]["name"], NAMESPACE)
+        if drop_namespace:  # the namespace controller takes seconds: only when a test needs it gone
+            self.kube.delete("v1", "Namespace", NAMESPACE)
+        _wait(
+            "the previous test's objects gone",
+            lambda: (
+                (not drop_namespace or self.kube.get("v1", "Namespace", NAMESPACE) is None)
+                and not self.kube.list("v1", "PersistentVolumeClaim", namespace=NAMESPACE)
+                and not [n for n in self.kube.list("v1", "Node") if MANAGED_ANNOTATION in n["metadata"]["annotations"]]
+                and not self.kube.list("v1", "PersistentVolume")
+            ),
+        )
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def cri_log(text: str, when: datetime | None = None) -> str:
+    """``text`` as the container runtime writes it (CRI format), one record per line on stdout."""
+    stamp = (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return "".join(f"{stamp} stdout F {line}\n" for line in text.splitlines())
+
+
+Payload = Callable[[dict[str, Any], int, str], tuple[str, int]]  # (job, pod index, node) -> (log, exit code)
+
+
+class PodRuntime:
+    """The containers of the batch Jobs' pods on KWOK's nodes: once a pod runs, its log (``payload``) is
+    served through the API server, then the pod ends with the payload's exit code. Use as a context
+    manager; an error in its thread is raised on exit."""
+
+    def __init__(self, cluster: KwokCluster, payload: Payload) -> None:
+        self.cluster = cluster
+        self.payload = payload
+        self.done: set[str] = set()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PodRuntime:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        kube = Kube.connect(kubeconfig=str(self.cluster.plane.kubeconfig), context=None)
+        try:
+            while not self._stop.is_set():
+                for pod in kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=JOB_LABEL):
+                    name = pod["metadata"]["name"]
+                    running = (pod.get("status") or {}).get("phase") == "Running"
+                    if running and name not in self.done and not pod["metadata"].get("deletionTimestamp"):
+                        self._finish(kube, pod)
+                        self.done.add(name)
+                self._stop.wait(0.05)
+        except BaseException as err:  # raised again in the test's thread
+            self._error = err
+        finally:
+            kube.close()
+
+    def _finish(self, kube: Kube, pod: dict[str, Any]) -> None:
+        from kubernetes.dynamic.exceptions import NotFoundError
+
+        metadata = pod["metadata"]
+        (owner,) = [ref for ref in metadata.get("ownerReferences") or [] if ref.get("controller")]
+        job = kube.get(owner["apiVersion"], owner["kind"], owner["name"], NAMESPACE)
+        if job is None:
+            return
+        index = int((metadata.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "0"))
+        log, code = self.payload(job, index, pod["spec"]["nodeName"])
+        path = self.cluster.workdir / f"{NAMESPACE}_{metadata['name']}.log"
+        path.write_text(cri_log(log))
+        kube.create(
+            {
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "Logs",
+                "metadata": {"name": metadata["name"], "namespace": NAMESPACE},
+                "spec": {"logs": [{"logsFile": str(path)}]},
+            }
+        )
+        if log.strip():  # KWOK has seen the Logs object once the API server serves the log
+            _wait(
+                f"log of {metadata['name']} served",
+                lambda: bool(kube.pod_log(NAMESPACE, metadata["name"]).strip()),
+                timeout=20,
+            )
+        with contextlib.suppress(NotFoundError):
+            kube.patch(
+                "v1", "Pod", metadata["name"], {"metadata": {"annotations": {EXIT_ANNOTATION: str(code)}}}, NAMESPACE
+            )
+
+
+@contextlib.contextmanager
+def signal_when(cluster: KwokCluster, signum: int, sent: list[int]) -> Iterator[None]:
+    """Send ``signum`` to this process once the first job exists (a user's Ctrl-C mid-run)."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            if cluster.jobs():
+                sent.append(signum)
+                os.kill(os.getpid(), signum)
+                return
+            stop.wait(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def as_sent(obj: dict[str, Any]) -> dict[str, Any]:
+    """A chart object as JSON, for comparison with what the server holds."""
+    return dict(json.loads(json.dumps(obj)))

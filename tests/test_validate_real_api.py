@@ -1,0 +1,294 @@
+"""`llm-infra validate` end to end against the real API server (issue 22): the session's control plane
+(etcd, kube-apiserver, kube-scheduler, kube-controller-manager) and a log-serving KWOK playing the
+kubelet (tests/kwok_cluster.py). The Jobs the command creates are scheduled by the real scheduler and
+run by the real Job controller; pod logs come through the API server from KWOK.
+
+These are the runs whose jobs are batch/v1 Jobs (the health stage); the ones that run the PyTorchJob /
+HyperPodPyTorchJob stages need a training operator, and stay in test_validate_cli.py on the double.
+AWS as there: EKS in moto; HyperPod's DescribeCluster through botocore's Stubber. Without the binaries
+(``make k8s``) every test here skips.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.stub import Stubber
+from kube_api_double import ChartPayload
+from kwok_cluster import NAMESPACE, KwokCluster, PodRuntime, signal_when, write_kubeconfig
+
+from conftest import ACCOUNT, REGION, REPO_ROOT, app_config, run_cli
+from llm_infra.commands import cluster_access
+from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.values import WorkloadValues
+from llm_infra.node_labels import HEALTH_STATUS_KEY
+from llm_infra.validation_run import chart_objects
+
+GPU_NODES = ["gpu-a", "gpu-b"]
+FAST = ["--poll-seconds", "0.05", "--app-dir", str(REPO_ROOT)]
+
+
+@pytest.fixture(scope="module")
+def kwok(control_plane) -> Iterator[KwokCluster]:
+    cluster = KwokCluster(control_plane)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def real(kwok: KwokCluster) -> Iterator[KwokCluster]:
+    """The cluster, emptied of what an earlier test left."""
+    kwok.reset()
+    yield kwok
+
+
+@pytest.fixture
+def eks(real: KwokCluster, tmp_path: Path, eks_arn: str, aws_endpoint: str) -> tuple[KwokCluster, list[str]]:
+    """The real API server as the Kubernetes API of the EKS cluster "train" in moto, and the flags that reach it."""
+    kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
+    return real, ["--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
+
+
+@pytest.fixture
+def hyperpod(
+    real: KwokCluster, tmp_path: Path, eks_arn: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[KwokCluster, list[str]]]:
+    """The real API server behind the HyperPod cluster "llm-infra-hyperpod" (DescribeCluster answered
+    once by botocore's Stubber on the real service model), and the flags (compute=hyperpod) that reach it."""
+    sagemaker = boto3.client(
+        "sagemaker",
+        region_name=REGION,
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    stub = Stubber(sagemaker)
+    stub.add_response(
+        "describe_cluster",
+        {
+            "ClusterArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/abcdefghijkl",
+            "ClusterName": "llm-infra-hyperpod",
+            "ClusterStatus": "InService",
+            "InstanceGroups": [],
+            "Orchestrator": {"Eks": {"ClusterArn": eks_arn}},
+        },
+        {"ClusterName": "llm-infra-hyperpod"},
+    )
+    real_client = cluster_access.aws_client
+    monkeypatch.setattr(
+        cluster_access,
+        "aws_client",
+        lambda args, service: sagemaker if service == "sagemaker" else real_client(args, service),
+    )
+    kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
+    with stub:
+        yield real, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]
+
+
+def objects_for(config: TrainingConfig, nodes: int = len(GPU_NODES)) -> Any:
+    return chart_objects(
+        WorkloadValues.from_config(config.with_(gpu_nodes=nodes, gpu_nodes_min=None, gpu_nodes_max=None))
+    )
+
+
+def deployed(cluster: KwokCluster, config: TrainingConfig, *, gpus: int = 8) -> None:
+    """What `cdk deploy` leaves: GPU and system nodes, the base chart's objects, the FSx claim bound."""
+    hyperpod = {HEALTH_STATUS_KEY: "Schedulable"} if config.compute == "hyperpod" else {}  # HyperPod labels its nodes
+    for name in GPU_NODES:
+        cluster.add_node(name, gpus=gpus, labels=hyperpod)
+    cluster.add_node("system-1", gpus=0, role="system")
+    for obj in objects_for(config).base:
+        cluster.kube.apply(obj)
+    cluster.add_fsx_claim(WorkloadValues.from_config(config).pvc_name, NAMESPACE)
+
+
+def health_payload(config: TrainingConfig, faulty: frozenset[str] = frozenset()) -> ChartPayload:
+    """The health check's real output per node (computed now, before the command's deadlines start)."""
+    payload = ChartPayload(faulty_nodes=faulty)
+    payload.warm(objects_for(config).jobs[:1], GPU_NODES)
+    return payload
+
+
+def validate(capsys: pytest.CaptureFixture[str], cluster_flags: list[str], *flags: str) -> tuple[int, str, str]:
+    return run_cli(capsys, "validate", *cluster_flags, *flags, *FAST)
+
+
+def names(objects: list[dict[str, Any]]) -> list[str]:
+    return sorted(o["metadata"]["name"] for o in objects)
+
+
+def test_a_faulty_node_fails_the_health_check_and_stops_the_run(eks, capsys) -> None:
+    """One node answers nvidia-smi with 7 GPUs and ECC errors: its pod exits 1 with a failing verdict;
+    health fails on it, the rest is skipped; the Job and its pods are gone afterwards."""
+    cluster, flags = eks
+    config = app_config()
+    deployed(cluster, config)
+    with PodRuntime(cluster, health_payload(config, frozenset({"gpu-b"}))) as runtime:
+        code, out, err = validate(capsys, flags, "--json")
+    assert code == 1, err
+    report = json.loads(out)
+    health, allreduce, training = report["stages"]
+    assert (health["outcome"], allreduce["outcome"], training["outcome"]) == ("fail", "skipped", "skipped")
+    assert health["failed_nodes"] == ["gpu-b"] and "gpu_count" in health["detail"]
+    # The real scheduler put one pod on each GPU node (anti-affinity), never on the system node.
+    assert sorted(p["node"] for p in health["pods"]) == GPU_NODES
+    assert sorted(p["exit_code"] for p in health["pods"]) == [0, 1]
+    assert len(runtime.done) == 2
+    assert "[1/3] Job validation-1-health" in err and "deleted Job training/validation-1-health" in err
+    assert cluster.jobs() == [] and cluster.job_pods() == []
+
+
+def test_the_table_names_the_failing_node(eks, capsys) -> None:
+    """The table: a row per node, the failing checks of the faulty one."""
+    cluster, flags = eks
+    config = app_config()
+    deployed(cluster, config)
+    with PodRuntime(cluster, health_payload(config, frozenset({"gpu-b"}))):
+        code, out, _ = validate(capsys, flags)
+    assert code == 1
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:3]}
+    assert rows["gpu-a"][1:4] == ["pass", "skipped", "skipped"]
+    assert rows["gpu-b"][1:4] == ["fail", "skipped", "skipped"]
+    assert "gpu_count" in rows["gpu-b"][4]
+    assert out.splitlines()[-1] == "validation of train: FAIL"
+
+
+def test_no_gpu_node_is_a_clear_error_and_starts_nothing(eks, capsys) -> None:
+    """A system node and a GPU node that is not Ready: exit 1 before anything is created."""
+    cluster, flags = eks
+    cluster.add_node("system-1", gpus=0, role="system")
+    cluster.add_node("gpu-a", ready=False)
+    code, out, err = validate(capsys, flags)
+    assert code == 1 and not out
+    assert "no schedulable GPU node" in err and "1 GPU node(s), none that the jobs may use" in err
+    assert cluster.jobs() == []
+
+
+def test_a_job_that_never_starts_names_the_likely_cause(eks, capsys) -> None:
+    """GPU nodes without allocatable GPUs (no device plugin): the real scheduler leaves the pods Pending,
+    and its FailedScheduling event names the cause."""
+    cluster, flags = eks
+    deployed(cluster, app_config(), gpus=0)
+    code, out, _ = validate(capsys, flags, "--start-timeout", "3", "--json")
+    assert code == 1
+    health = json.loads(out)["stages"][0]
+    assert health["outcome"] == "not-started"
+    assert "NVIDIA device plugin is not running" in health["detail"]
+    assert "Insufficient nvidia.com/gpu" in health["detail"]  # the scheduler's own words
+    assert cluster.jobs() == [] and cluster.job_pods() == []
+
+
+def test_missing_platform_objects_are_named(eks, capsys) -> None:
+    """Without the base chart (no cdk deploy yet): the missing objects are named, nothing is created."""
+    cluster, flags = eks
+    cluster.reset(drop_namespace=True)
+    cluster.add_node("gpu-a")
+    code, _, err = validate(capsys, flags)
+    assert code == 1
+    assert "Namespace training, ServiceAccount training/training, ConfigMap training/llm-infra-workloads" in err
+    assert "PersistentVolumeClaim training/fsx-data" in err
+    assert cluster.jobs() == []
+
+
+def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks, capsys) -> None:
+    """--apply-base: the base and FSx charts' objects (the FSx ids from the outputs file) are applied by
+    the real server (server-side apply, its own validation); a job that cannot start then ends the run."""
+    cluster, flags = eks
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "cdk.json").write_text((REPO_ROOT / "cdk.json").read_text())
+    outputs = {
+        "FileSystemId": "fs-0123456789abcdef0",
+        "FileSystemDnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        "FileSystemMountName": "abcdefgh",
+    }
+    (app / "cdk-outputs.json").write_text(json.dumps({"llm-infra-storage": outputs}))
+    cluster.add_node("gpu-a", gpus=0)  # no device plugin: the job cannot start
+    code, out, err = run_cli(
+        capsys,
+        "validate",
+        *flags,
+        "--apply-base",
+        "--start-timeout",
+        "2",
+        "--poll-seconds",
+        "0.05",
+        "--app-dir",
+        str(app),
+    )
+    assert code == 1 and "applied PersistentVolume fsx-data-training" in err
+    for applied in (
+        "Namespace training",
+        "ServiceAccount training/training",
+        "ServiceAccount training/data-prep",
+        "ConfigMap training/llm-infra-workloads",
+        "PersistentVolumeClaim training/fsx-data",
+    ):
+        assert f"applied {applied}" in err
+    volume = cluster.kube.get("v1", "PersistentVolume", "fsx-data-training")
+    assert volume is not None and volume["spec"]["csi"]["volumeHandle"] == outputs["FileSystemId"]
+    managers = {m["manager"] for m in volume["metadata"]["managedFields"]}
+    assert "llm-infra" in managers  # the server-side apply's field manager
+    assert "did not start" in out
+    assert cluster.jobs() == [] and cluster.job_pods() == []
+
+
+def test_jobs_left_from_an_earlier_run_are_not_touched(eks, capsys) -> None:
+    """A validation job already there is named and left alone (--replace-existing deletes it)."""
+    cluster, flags = eks
+    config = app_config()
+    deployed(cluster, config)
+    earlier = objects_for(config).jobs[0]
+    cluster.kube.create(earlier)
+    code, _, err = validate(capsys, flags)
+    assert code == 1 and "Job training/validation-1-health already exist" in err and "--replace-existing" in err
+    before = cluster.jobs()
+    assert names(before) == ["validation-1-health"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_deletes_what_the_run_created(eks, capsys, signum) -> None:
+    """Ctrl-C (or SIGTERM) while the job runs: the job and its pods are gone before the command exits 130."""
+    cluster, flags = eks
+    deployed(cluster, app_config())
+    sent: list[int] = []
+    with signal_when(cluster, signum, sent):  # no runtime: the pods run until deleted
+        code, _, err = validate(capsys, flags)
+    assert sent and code == 130 and "deleted Job training/validation-1-health" in err
+    assert cluster.jobs() == [] and cluster.job_pods() == []
+
+
+@pytest.mark.parametrize(("answer", "labelled"), [("y", True), ("n", False)])
+def test_replace_failed_labels_failing_hyperpod_nodes_after_asking(
+    hyperpod, capsys, monkeypatch, answer, labelled
+) -> None:
+    """HyperPod mode: the node failing its health check gets the documented node-health label for
+    replacement, only after a yes; the other keeps its label."""
+    cluster, flags = hyperpod
+    config = app_config(compute="hyperpod")
+    monkeypatch.setattr("builtins.input", lambda: answer)
+    deployed(cluster, config)
+    with PodRuntime(cluster, health_payload(config, frozenset({"gpu-a"}))):
+        code, out, err = validate(capsys, flags, "--replace-failed")
+    assert code == 1, err
+    assert "label 1 node(s) for HyperPod replacement: gpu-a?" in err
+
+    def label(node: str) -> str | None:
+        found = cluster.kube.get("v1", "Node", node)
+        assert found is not None
+        return (found["metadata"].get("labels") or {}).get(HEALTH_STATUS_KEY)
+
+    assert label("gpu-a") == ("UnschedulablePendingReplacement" if labelled else "Schedulable")
+    assert label("gpu-b") == "Schedulable"
+    assert ("labelled for replacement: gpu-a" in out) is labelled
+    assert cluster.jobs() == [] and cluster.job_pods() == []
