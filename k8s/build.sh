@@ -1,31 +1,46 @@
 #!/usr/bin/env bash
-# Build a real Kubernetes control plane from pinned Go modules (issue 22):
+# Build a real Kubernetes control plane and the operators we deploy from pinned Go modules (issue 22):
 #   kube-apiserver, etcd, kube-scheduler, kube-controller-manager (k8s/go.mod: wrapper module that
 #   requires k8s.io/kubernetes and replaces each ./staging module with its published v0.x release;
 #   etcd's server module v3.6.x is the one k8s.io/kubernetes itself pins, so it shares the module),
-#   and KWOK's controller (sigs.k8s.io/kwok/cmd/kwok, built with `go install pkg@version`: its
-#   go.mod has no replaces).
-# Into .cache/k8s/<k8s>-<etcd>-<kwok>/ (or $LLM_INFRA_K8S_CACHE/<...>); a binary already there is
-# skipped, so a second run does nothing. Usage: k8s/build.sh [binary ...] (default: all five).
-# Needs Go >= the `go` line of k8s/go.mod (1.24.0; KWOK v0.7.0 also asks 1.24.0) and the Go module
-# proxy. Honours GO, GOFLAGS, GOMODCACHE, GOCACHE; e.g. on a shared 2-core machine:
+#   and, with `go install pkg@version` (their go.mod files have no replace directives): KWOK's
+#   controller (sigs.k8s.io/kwok/cmd/kwok), the Kubeflow training operator v1
+#   (github.com/kubeflow/training-operator/cmd/training-operator.v1) and the KubeRay operator
+#   (github.com/ray-project/kuberay/ray-operator, main package at the module root).
+# The versions and the folder come from llm_infra/control_plane.py (`python -m llm_infra.control_plane
+# --versions`): .cache/k8s/<k8s>-<etcd>-<kwok>-training-operator-<v>-kuberay-<v>/ (or under
+# $LLM_INFRA_K8S_CACHE), each operator's CRDs (from its own module) into crds/<operator>/ there; a
+# binary already there is skipped, so a second run does nothing.
+# Usage: k8s/build.sh [binary ...] (default: all seven).
+# Needs Go >= the `go` line of every module built (k8s/go.mod and KWOK v0.7.0: 1.24.0; KubeRay
+# v1.7.0: 1.26.0), python3 (stdlib only; $PYTHON), and the Go module proxy. Honours GO, PYTHON,
+# GOFLAGS, GOMODCACHE, GOCACHE, GOPROXY; e.g. on a shared 2-core machine:
 #   GOFLAGS=-p=1 nice -n 19 k8s/build.sh
+# A module version the proxy will not serve can come from a git checkout of its tag instead:
+# k8s/module_from_git.sh (the result is checked against sum.golang.org).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 go=${GO:-go}
-kwok_version=v0.7.0
 
-# Versions come from the wrapper's go.mod, so the cache key cannot drift from what is built.
+# One place for the versions and the folder name: llm_infra/control_plane.py.
+declare -A version
+while read -r name value; do
+    version[$name]=$value
+done < <(cd "$root" && "${PYTHON:-python3}" -m llm_infra.control_plane --versions)
+out=${version[build-dir]:?build.sh: no build-dir from python -m llm_infra.control_plane --versions}
+
+# k8s.io/kubernetes and etcd are built from k8s/go.mod: it must pin what the folder name says.
 mod_version() { awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$here/go.mod"; }
-k8s_version=$(mod_version k8s.io/kubernetes)
-etcd_version=$(mod_version go.etcd.io/etcd/server/v3)
-if [[ -z $k8s_version || -z $etcd_version ]]; then
-    echo "build.sh: cannot read the k8s.io/kubernetes / etcd versions from $here/go.mod" >&2
-    exit 1
-fi
-out=${LLM_INFRA_K8S_CACHE:-$root/.cache/k8s}/$k8s_version-$etcd_version-$kwok_version
+for pair in k8s:k8s.io/kubernetes etcd:go.etcd.io/etcd/server/v3; do
+    name=${pair%%:*} module=${pair#*:}
+    if [[ $(mod_version "$module") != "${version[$name]}" ]]; then
+        echo "build.sh: $here/go.mod pins $module $(mod_version "$module"), llm_infra/control_plane.py" \
+            "says ${version[$name]}; regenerate go.mod with k8s/gen_gomod.sh or fix the constant" >&2
+        exit 1
+    fi
+done
 
 # Prebuilt binaries instead: $LLM_INFRA_K8S_BIN_DIR (what llm_infra/control_plane.py then uses).
 if [[ -n ${LLM_INFRA_K8S_BIN_DIR:-} ]]; then
@@ -39,6 +54,7 @@ if [[ -n ${LLM_INFRA_K8S_BIN_DIR:-} ]]; then
     exit 0
 fi
 
+k8s_version=${version[k8s]}
 k8s_minor=${k8s_version#v1.}
 k8s_minor=${k8s_minor%%.*}
 k8s_ldflags="-s -w"
@@ -46,23 +62,57 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     k8s_ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$k8s_minor"
     k8s_ldflags+=" -X $pkg.gitTreeState=clean"
 done
-etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-$etcd_version"
-kwok_ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$kwok_version"
+etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-${version[etcd]}"
+kwok_ldflags="-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${version[kwok]}"
+# The two operators have no version variable to set: KubeRay's version is a constant in its source
+# (utils.KUBERAY_VERSION), the training operator prints none.
 
 export CGO_ENABLED=0
 # -modcacherw: a module cache that `rm -rf` can remove; -trimpath: no local paths in the binaries.
 export GOFLAGS="${GOFLAGS:-} -modcacherw -trimpath -buildvcs=false"
-# The machine's own Go (no silent toolchain download); it must satisfy go.mod's `go` line.
+# The machine's own Go (no silent toolchain download); it must satisfy each go.mod's `go` line.
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
+# Outside the wrapper module: `go install pkg@version` resolves the module's own go.mod.
+go_install() {
+    local tmp=$1 name=$2 ldflags=$3 pkg=$4 built
+    if ! (cd "$tmp" && GOBIN="$tmp" "$go" install -ldflags "$ldflags" "$pkg"); then
+        echo "build.sh: go install $pkg failed. If the module proxy refused the version" \
+            "(\"403 ... This module version is not available\"), put it into the module cache from a git" \
+            "checkout of its tag with k8s/module_from_git.sh (checked against sum.golang.org), then rerun." >&2
+        return 1
+    fi
+    built=$(basename "${pkg%@*}")
+    if [[ $built != "$name" ]]; then
+        mv "$tmp/$built" "$tmp/$name"
+    fi
+}
+
+# An operator's CRDs from its own module at the version built (already in the module cache), into
+# $tmp/crds: llm_infra/control_plane.py applies them before it starts the operator.
+copy_crds() {
+    local tmp=$1 module=$2 dir file
+    shift 2
+    dir=$(cd "$tmp" && "$go" mod download -json "$module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    mkdir "$tmp/crds"
+    for file in "$@"; do
+        install -m 0644 "$dir/$file" "$tmp/crds/"
+    done
+}
+
+# A build that fails leaves no half-built folder behind.
+building=""
+trap 'if [[ -n $building ]]; then rm -rf "$building"; fi' EXIT
+
 build_one() {
-    local name=$1 tmp start
+    local name=$1 tmp start module
     if [[ -x $out/$name ]]; then
         echo "k8s: $name already built in $out"
         return 0
     fi
     mkdir -p "$out"
     tmp=$(mktemp -d "$out/.build-$name.XXXXXX")
+    building=$tmp
     start=$SECONDS
     echo "k8s: building $name ..."
     case $name in
@@ -73,24 +123,40 @@ build_one() {
         (cd "$here" && "$go" build -ldflags "$etcd_ldflags" -o "$tmp/$name" go.etcd.io/etcd/server/v3)
         ;;
     kwok)
-        # Outside the wrapper module: `go install pkg@version` resolves KWOK's own go.mod.
-        (cd "$tmp" && GOBIN="$tmp" "$go" install -ldflags "$kwok_ldflags" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version")
+        go_install "$tmp" "$name" "$kwok_ldflags" "sigs.k8s.io/kwok/cmd/kwok@${version[kwok]}"
+        ;;
+    training-operator)
+        # Only the PyTorchJob controller runs (control_plane.py: --enable-scheme=pytorchjob), so only its CRD.
+        module=github.com/kubeflow/training-operator@${version[training-operator]}
+        go_install "$tmp" "$name" "-s -w" "${module%@*}/cmd/training-operator.v1@${module#*@}"
+        copy_crds "$tmp" "$module" manifests/base/crds/kubeflow.org_pytorchjobs.yaml
+        ;;
+    kuberay-operator)
+        # Its RayCluster, RayJob and RayService controllers always start; RayCronJob's is behind a feature gate.
+        module=github.com/ray-project/kuberay/ray-operator@${version[kuberay-operator]}
+        go_install "$tmp" "$name" "-s -w" "$module"
+        copy_crds "$tmp" "$module" config/crd/bases/ray.io_{rayclusters,rayjobs,rayservices}.yaml
         ;;
     *)
         echo "build.sh: unknown binary $name" >&2
-        rm -rf "$tmp"
         return 1
         ;;
     esac
+    if [[ -d $tmp/crds ]]; then # before the binary: a binary in $out means its CRDs are there too
+        mkdir -p "$out/crds"
+        rm -rf "${out:?}/crds/$name"
+        mv "$tmp/crds" "$out/crds/$name"
+    fi
     mv "$tmp/$name" "$out/$name" # atomic: a half-built binary never sits in $out
     rm -rf "$tmp"
+    building=""
     echo "k8s: built $name in $((SECONDS - start)) s"
 }
 
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
     # kube-apiserver first: it is the one the tests need.
-    targets=(kube-apiserver etcd kube-scheduler kube-controller-manager kwok)
+    targets=(kube-apiserver etcd kube-scheduler kube-controller-manager kwok training-operator kuberay-operator)
 fi
 for name in "${targets[@]}"; do
     build_one "$name"

@@ -1,10 +1,12 @@
 """A real Kubernetes control plane on 127.0.0.1, for tests and by hand (issue 22).
 
 ``ControlPlane(bin_dir)`` starts etcd and kube-apiserver (and kube-controller-manager,
-kube-scheduler and KWOK when they are built) from the binaries that ``make k8s`` builds into
-``.cache/k8s/<k8s>-<etcd>-<kwok>/`` (or ``$LLM_INFRA_K8S_BIN_DIR``), on free loopback ports in a
-temporary folder; writes a kubeconfig (a bearer token in ``system:masters``); waits, bounded, for
-``/readyz``; and on exit, KeyboardInterrupt included, stops every process it started by its PID::
+kube-scheduler, KWOK, the Kubeflow training operator and the KubeRay operator when they are built,
+the operators after their CRDs) from the binaries that ``make k8s`` builds into
+``.cache/k8s/<versions>/`` (:func:`build_dir`, or ``$LLM_INFRA_K8S_BIN_DIR``), on free loopback
+ports in a temporary folder; writes a kubeconfig (a bearer token in ``system:masters``); waits,
+bounded, for each component's health URL; and on exit, KeyboardInterrupt included, stops every
+process it started by its PID::
 
     with ControlPlane(default_bin_dir()) as cp:
         cp.kubectl("apply", "--dry-run=server", "-f", "ns.yaml")
@@ -39,16 +41,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-# The versions k8s/build.sh builds (k8s/go.mod pins the first two); the cache folder is named after them.
+from llm_infra.versions import KUBERAY_OPERATOR
+
+# The versions k8s/build.sh builds (it reads them with ``--versions``; k8s/go.mod must pin the first
+# two); the cache folder is named after all five.
 K8S_VERSION = "v1.34.4"
 ETCD_VERSION = "v3.6.4"
 KWOK_VERSION = "v0.7.0"
+# AWS's HyperPod dependencies chart (aws/sagemaker-hyperpod-cli 011ca92, charts/training-operators)
+# runs image kubeflow/training-operator:v1-855e096. The proxy refuses that commit's pseudo-version
+# (403), and v1.7.0 is the release whose manifests pin that very image: its Go code (cmd, pkg,
+# go.mod, go.sum) is identical to 855e096; only the Python SDK and the manifests' tags differ.
+TRAINING_OPERATOR_VERSION = "v1.7.0"
+KUBERAY_VERSION = f"v{KUBERAY_OPERATOR.version}"  # the pinned kuberay-operator chart
 BIN_DIR_VARIABLE = "LLM_INFRA_K8S_BIN_DIR"
+CACHE_VARIABLE = "LLM_INFRA_K8S_CACHE"
 KUBECTL_VARIABLE = "LLM_INFRA_KUBECTL"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = REPO_ROOT / ".cache" / "k8s"
 REQUIRED = ("etcd", "kube-apiserver")
-OPTIONAL = ("kube-controller-manager", "kube-scheduler", "kwok")
+OPERATORS = ("training-operator", "kuberay-operator")
+OPTIONAL = ("kube-controller-manager", "kube-scheduler", "kwok", *OPERATORS)
 BUILD_COMMAND = "make k8s  (or: k8s/build.sh kube-apiserver etcd)"
 LOOPBACK = "127.0.0.1"
 
@@ -57,17 +70,41 @@ class ControlPlaneError(RuntimeError):
     """A component did not start, or exited, or did not become ready in time."""
 
 
+def build_dir() -> Path:
+    """The folder ``make k8s`` builds into: ``.cache/k8s`` (or ``$LLM_INFRA_K8S_CACHE``) / the versions."""
+    cache = Path(os.environ.get(CACHE_VARIABLE) or CACHE_DIR)
+    versions = f"{K8S_VERSION}-{ETCD_VERSION}-{KWOK_VERSION}"
+    return cache / f"{versions}-training-operator-{TRAINING_OPERATOR_VERSION}-kuberay-{KUBERAY_VERSION}"
+
+
 def default_bin_dir() -> Path:
-    """``$LLM_INFRA_K8S_BIN_DIR`` if set, else the cache folder ``make k8s`` builds into."""
+    """``$LLM_INFRA_K8S_BIN_DIR`` if set, else the folder ``make k8s`` builds into."""
     configured = os.environ.get(BIN_DIR_VARIABLE)
     if configured:
         return Path(configured)
-    return CACHE_DIR / f"{K8S_VERSION}-{ETCD_VERSION}-{KWOK_VERSION}"
+    return build_dir()
+
+
+def build_versions() -> dict[str, str]:
+    """What k8s/build.sh builds (``python -m llm_infra.control_plane --versions`` prints it)."""
+    return {
+        "k8s": K8S_VERSION,
+        "etcd": ETCD_VERSION,
+        "kwok": KWOK_VERSION,
+        "training-operator": TRAINING_OPERATOR_VERSION,
+        "kuberay-operator": KUBERAY_VERSION,
+        "build-dir": str(build_dir()),
+    }
 
 
 def missing_binaries(bin_dir: Path, names: Sequence[str] = REQUIRED) -> list[str]:
     """The ``names`` that are not executable files in ``bin_dir``."""
     return [name for name in names if not os.access(bin_dir / name, os.X_OK)]
+
+
+def operator_crds(bin_dir: Path, operator: str) -> list[Path]:
+    """The CRDs ``operator`` watches, as k8s/build.sh copied them from its module: ``crds/<operator>/``."""
+    return sorted((bin_dir / "crds" / operator).glob("*.yaml"))
 
 
 def kubectl_binary(cache_dir: Path = CACHE_DIR) -> Path:
@@ -155,10 +192,11 @@ class _Process:
 
 @dataclass
 class ControlPlane:
-    """etcd + kube-apiserver (+ controller-manager, scheduler, KWOK when built) on 127.0.0.1.
+    """etcd + kube-apiserver (+ controller-manager, scheduler, KWOK, operators when built) on 127.0.0.1.
 
     ``components``: the optional ones to start; ``None`` starts each of ``OPTIONAL`` found in
-    ``bin_dir``. ``keep``: leave the temporary folder (logs, kubeconfig) behind on exit.
+    ``bin_dir``. The operators' CRDs (``operator_crds``) are applied and Established before any
+    operator starts. ``keep``: leave the temporary folder (logs, kubeconfig) behind on exit.
     """
 
     bin_dir: Path
@@ -192,6 +230,12 @@ class ControlPlane:
         optional = [name for name in wanted if not missing_binaries(self.bin_dir, [name])]
         if self.components is not None and len(optional) != len(wanted):
             raise ControlPlaneError(f"{', '.join(set(wanted) - set(optional))} not in {self.bin_dir}")
+        operators = [name for name in optional if name in OPERATORS]
+        for name in operators:
+            if not operator_crds(self.bin_dir, name):
+                raise ControlPlaneError(
+                    f"no CRDs for {name} in {self.bin_dir / 'crds' / name}: rebuild it with k8s/build.sh {name}"
+                )
         self.workdir = Path(tempfile.mkdtemp(prefix="llm-infra-cp-"))
         self.kubeconfig = self.workdir / "kubeconfig"
         try:  # BaseException: Ctrl-C while waiting still stops what was started
@@ -200,6 +244,10 @@ class ControlPlane:
             self._start_etcd()
             self._start_apiserver()
             self.startup_seconds["etcd+kube-apiserver"] = time.monotonic() - began
+            if operators:
+                began = time.monotonic()
+                self.apply_crds([crd for name in operators for crd in operator_crds(self.bin_dir, name)])
+                self.startup_seconds["operator CRDs"] = time.monotonic() - began
             for name in optional:
                 getattr(self, "_start_" + name.replace("-", "_"))()
         except BaseException:
@@ -238,6 +286,27 @@ class ControlPlane:
             )
         return result
 
+    def apply_crds(self, files: Sequence[Path], timeout: float = 60.0) -> list[str]:
+        """Server-side apply the CRDs in ``files`` (too big for a client-side apply's annotation) and
+        wait until each is Established. Returns their names (``customresourcedefinition.../...``)."""
+        names = self.kubectl("apply", "--server-side", "-o", "name", *(f"--filename={f}" for f in files)).stdout.split()
+        # Polled, with a template: `kubectl wait --for=condition=Established` and jsonpath filters fail
+        # outright on a CRD that has no conditions yet, and `-o json` would bring megabytes of schema.
+        template = (
+            '{{range .items}}{{.metadata.name}}{{range .status.conditions}}{{if eq .type "Established"}}'
+            ' {{.status}}{{end}}{{end}}{{"\\n"}}{{end}}'
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self.kubectl("get", "customresourcedefinitions", "-o", f"go-template={template}").stdout
+            established = {row.split()[0] for row in rows.splitlines() if row.split()[1:] == ["True"]}
+            pending = [name for name in names if name.split("/", 1)[1] not in established]
+            if not pending:
+                return names
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"CRDs not Established after {timeout:.0f} s: {', '.join(pending)}")
+            time.sleep(0.2)
+
     def log_tail(self, name: str, lines: int = 20) -> str:
         for proc in self._processes:
             if proc.name == name and proc.log.exists():
@@ -246,12 +315,15 @@ class ControlPlane:
 
     # --- components ----------------------------------------------------------------------------
 
-    def _spawn(self, name: str, args: list[str]) -> _Process:
+    def _spawn(self, name: str, args: list[str], *, unset: Sequence[str] = ()) -> _Process:
+        """Start ``name`` from ``bin_dir``, its log in the workdir; ``unset``: variables it must not see."""
         log = self.workdir / f"{name}.log"
+        env = {key: value for key, value in os.environ.items() if key not in unset}
         with log.open("wb") as out:
             popen = subprocess.Popen(
                 [str(self.bin_dir / name), *args],
                 cwd=self.workdir,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -375,6 +447,9 @@ class ControlPlane:
                 f"--service-account-private-key-file={self.workdir / 'sa.key'}",
                 f"--root-ca-file={self.workdir / 'ca.crt'}",
                 "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller",
+                # Default 15 s: a PVC applied together with its PV (the FSx chart) could wait that long
+                # for the PV controller's next pass, and its pods with it.
+                "--pvclaimbinder-sync-period=2s",
             ],
         )
         self._wait(proc, f"https://{LOOPBACK}:{port}/healthz", headers={"Authorization": f"Bearer {self.token}"})
@@ -398,13 +473,55 @@ class ControlPlane:
         )
         self._wait(proc, f"http://{LOOPBACK}:{port}/healthz")
 
+    def _start_training_operator(self) -> None:
+        # v1.7.0 registers no webhook (the manager's webhook server, --monitoring-port, never starts):
+        # no serving certificate and no ValidatingWebhookConfiguration. Only the PyTorchJob controller
+        # runs: the other schemes AWS's chart enables have no pinned CRD here, and a controller whose
+        # CRD is missing fails the whole manager once its cache-sync timeout (2 min) has passed.
+        metrics, probe = free_port(), free_port()
+        proc = self._spawn(
+            "training-operator",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--metrics-bind-address={LOOPBACK}:{metrics}",
+                f"--health-probe-bind-address={LOOPBACK}:{probe}",
+                "--leader-elect=false",
+                "--enable-scheme=pytorchjob",
+            ],
+            unset=("KUBEFLOW_NAMESPACE",),  # would narrow it to one namespace
+        )
+        self._wait(proc, f"http://{LOOPBACK}:{probe}/healthz")
+
+    def _start_kuberay_operator(self) -> None:
+        # Webhooks stay off (they start only with ENABLE_WEBHOOKS=true); no batch scheduler (the default).
+        metrics, probe = free_port(), free_port()
+        proc = self._spawn(
+            "kuberay-operator",
+            [
+                f"--kubeconfig={self.kubeconfig}",
+                f"--metrics-addr={LOOPBACK}:{metrics}",
+                f"--health-probe-bind-address={LOOPBACK}:{probe}",
+                "--enable-leader-election=false",
+                "--log-stdout-encoder=console",
+            ],
+            unset=("ENABLE_WEBHOOKS",),
+        )
+        self._wait(proc, f"http://{LOOPBACK}:{probe}/healthz")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm_infra.control_plane", description=__doc__.splitlines()[0])
     parser.add_argument("--bin-dir", type=Path, default=default_bin_dir())
     parser.add_argument("--hold", action="store_true", help="keep it up until Ctrl-C")
     parser.add_argument("--only-required", action="store_true", help="only etcd + kube-apiserver")
+    parser.add_argument(
+        "--versions", action="store_true", help="print what k8s/build.sh builds and where ('name value' lines)"
+    )
     args = parser.parse_args(argv)
+    if args.versions:
+        for name, value in build_versions().items():
+            print(name, value)
+        return 0
     try:
         with ControlPlane(args.bin_dir, components=() if args.only_required else None, keep=args.hold) as cp:
             for name, seconds in cp.startup_seconds.items():
