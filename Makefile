@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test lint clean crds dashboard k8s docs
+.PHONY: setup synth test lint clean crds dashboard k8s docs rehearse
 
 setup: $(STAMP)
 
@@ -58,3 +58,9 @@ clean:
 # does nothing. Needs Go >= 1.24 and the Go module proxy. Prebuilt ones: $LLM_INFRA_K8S_BIN_DIR.
 k8s:
 	k8s/build.sh
+
+# The Kubernetes half of the default app's deploy on that control plane, with KWOK nodes as the
+# templates create them: each pod's node, or the scheduler's reason (llm-infra rehearse; `make k8s`
+# does nothing once built). Exits 1 unless every pod is Running or Succeeded.
+rehearse: synth crds k8s
+	$(BIN)/llm-infra rehearse

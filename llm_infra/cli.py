@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from llm_infra.commands import dashboard, drill, hyperpod, preflight, validate
+from llm_infra.commands import dashboard, drill, hyperpod, preflight, rehearse, validate
 from llm_infra.commands import plan as plan_commands
 from llm_infra.errors import EXIT_FAILED, EXIT_INTERRUPTED, explain
 from llm_infra.planner import PlanError
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=VersionAction)
     parser.add_argument("--debug", action="store_true", help="show the traceback of a failure instead of one line")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (plan_commands, hyperpod, validate, drill, dashboard, preflight):
+    for module in (plan_commands, hyperpod, validate, drill, dashboard, preflight, rehearse):
         module.register(commands)
     return parser
 

@@ -5,20 +5,27 @@ server enforces for that kind. They are read from ``$LLM_INFRA_CRDS_DIR`` when s
 ``.cache/crds/`` in the checkout, which ``make crds`` (``python -m llm_infra.crds fetch``) fills over
 HTTPS, checking every sha256. Loading checks the sha256 again, so a test never validates against a
 schema other than the pinned one.
+
+HyperPodPyTorchJob has no published CRD: :func:`hyperpod_job_crd` makes one from the JSON schema we
+derived from AWS's SDK and docs (``schemas/hyperpodpytorchjob.schema.json``, its sources inside).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CRDS_DIR_VARIABLE = "LLM_INFRA_CRDS_DIR"
 DEFAULT_CRDS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "crds"
+DERIVED_SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
+HYPERPOD_JOB_SCHEMA = "hyperpodpytorchjob.schema.json"
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,66 @@ def fetch(directory: Path, *, opener=urllib.request.urlopen) -> list[Path]:
         partial.replace(directory / name)
         written.append(directory / name)
     return written
+
+
+def hyperpod_job_crd() -> dict[str, Any]:
+    """A CustomResourceDefinition for HyperPodPyTorchJob (sagemaker.amazonaws.com/v1) with the derived
+    schema as its structural schema: ``$ref``s inlined, ``const`` as a one-value ``enum``,
+    ``dependencies`` as CEL rules, closed objects left to the API server's pruning and strict field
+    validation, open ones (the pod templates' ``spec``, ``status``) marked to keep unknown fields."""
+    schema = json.loads((DERIVED_SCHEMAS_DIR / HYPERPOD_JOB_SCHEMA).read_text())
+    definitions = schema["definitions"]
+
+    def structural(node: dict[str, Any]) -> dict[str, Any]:
+        if "$ref" in node:
+            return structural(definitions[node["$ref"].rpartition("/")[2]])
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "properties":
+                out[key] = {name: structural(child) for name, child in value.items()}
+            elif key in ("items", "additionalProperties") and isinstance(value, dict):
+                out[key] = structural(value)
+            elif key == "const":
+                out["enum"] = [value]
+            elif key == "dependencies":
+                out["x-kubernetes-validations"] = [
+                    {"rule": f"!has(self.{field}) || has(self.{needed})", "message": f"{field} needs {needed}"}
+                    for field, needs in value.items()
+                    for needed in needs
+                ]
+            elif key not in ("$schema", "$id", "$comment", "title", "definitions", "additionalProperties"):
+                out[key] = value
+        if "enum" in out and "type" not in out:
+            out["type"] = "string"
+        if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        return out
+
+    root = structural(schema)
+    group, _, version = root["properties"].pop("apiVersion")["enum"][0].partition("/")
+    kind = root["properties"].pop("kind")["enum"][0]
+    root["properties"].pop("metadata")  # the API server checks metadata itself
+    root["required"] = [field for field in root["required"] if field in root["properties"]]
+    plural = kind.lower() + "s"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": root},
+                    "subresources": {"status": {}},
+                }
+            ],
+        },
+    }
 
 
 def _sha256(data: bytes) -> str:

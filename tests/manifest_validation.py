@@ -1,7 +1,7 @@
 """Validate Kubernetes objects offline: built-in kinds with kubernetes-validate (strict), custom
 resources against the upstream CRD's served openAPIV3Schema (strict: unknown fields rejected), and
 HyperPodPyTorchJob, whose CRD AWS does not publish, against the schema derived in
-``schemas/hyperpodpytorchjob.schema.json`` (its sources in its ``$comment``), its pod templates
+``llm_infra/schemas/hyperpodpytorchjob.schema.json`` (its sources in its ``$comment``), its pod templates
 against Kubernetes' PodTemplate schema."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import yaml
 from llm_infra.crds import CRD_SOURCES, read_crd
 
 CRD_FILES = {(source.group, source.kind): name for name, source in CRD_SOURCES.items()}
-SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
+SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "llm_infra" / "schemas"
 # Kinds without a published CRD: the JSON schema derived from their sources (group, kind) -> file.
 DERIVED_SCHEMAS = {("sagemaker.amazonaws.com", "HyperPodPyTorchJob"): "hyperpodpytorchjob.schema.json"}
 

@@ -15,29 +15,31 @@ from typing import Any
 
 import pytest
 from cluster_model import (
-    EFA,
-    GPU,
     Node,
-    Templates,
     Unschedulable,
     admission_problem,
-    applied_objects,
     custom_kind,
     deploy_pods,
-    helm_operator_switches,
-    hyperpod_lifecycle_settings,
     nodes,
     pod_templates,
     schedule,
     yaml_objects,
 )
-from upstream_charts import PodTemplate, chart_model, hyperpod_chart
 
 from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
+from llm_infra.deploy_workloads import (
+    EFA,
+    GPU,
+    Templates,
+    applied_objects,
+    helm_operator_switches,
+    hyperpod_hugepages,
+)
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.node_labels import NODE_ROLE_LABEL
+from llm_infra.upstream_charts import PodTemplate, chart_model, hyperpod_chart
 
 # With a Ray image, so that dist holds the Ray manifests too (it changes no template).
 CONFIGS = {"eks": TrainingConfig(ray_image=RAY_TEST_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_TEST_IMAGE)}
@@ -51,10 +53,7 @@ class Deployment:
     def __init__(self, app, config: TrainingConfig, dist_dir: Path) -> None:
         self.templates = Templates(app.templates)
         self.config = config
-        self.hyperpod_hugepages_mib = {
-            group: 2 * int(settings.get("HUGEPAGES_2MIB", 0))
-            for group, settings in hyperpod_lifecycle_settings(self.templates, app.outdir).items()
-        }
+        self.hyperpod_hugepages_mib = hyperpod_hugepages(self.templates, app.outdir)
         dist_dir.mkdir(parents=True, exist_ok=True)
         outputs = dist_dir / "cdk-outputs.json"
         outputs.write_text(json.dumps(OUTPUTS))
@@ -311,7 +310,7 @@ def test_without_operators_nothing_installs_pytorchjob(synth) -> None:
 
 def test_the_model_merges_values_like_helm() -> None:
     # Maps merge, lists are replaced, null deletes: the semantics the device-plugin values rely on.
-    from upstream_charts import NVIDIA_DEFAULTS, helm_coalesce
+    from llm_infra.upstream_charts import NVIDIA_DEFAULTS, helm_coalesce
 
     ours = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}
     merged = helm_coalesce(NVIDIA_DEFAULTS, copy.deepcopy(ours))

@@ -17,21 +17,11 @@ from typing import Any
 
 import cdk8s
 import pytest
-from cluster_model import (
-    GPU,
-    Node,
-    Templates,
-    admission_problem,
-    deploy_pods,
-    nodes,
-    pod_templates,
-    quantity,
-    schedule,
-)
-from upstream_charts import PodTemplate
+from cluster_model import Node, admission_problem, deploy_pods, nodes, pod_templates, quantity, schedule
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.deploy_workloads import GPU, Templates
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
 from llm_infra.k8s_manifests.kuberay_chart import CLUSTER_LABEL, RAY_CLUSTER, REDIS_PASSWORD_SECRET, KubeRayChart
@@ -39,6 +29,7 @@ from llm_infra.k8s_manifests.pod_spec import gpu_node_affinity, nccl_env
 from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
+from llm_infra.upstream_charts import PodTemplate
 from manifest_validation import validate_object
 
 RAY_IMAGE = (

@@ -15,23 +15,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Match, Template
-from cluster_model import (
-    Node,
-    Templates,
-    Unschedulable,
-    admission_problem,
-    applied_objects,
-    installed_pods,
-    nodes,
-    schedule,
-)
-from upstream_charts import (
-    HELM_MERGE,
-    HYPERPOD_COMPUTE_TYPE_LABEL,
-    HYPERPOD_TRAINING_OPERATOR_CONTROLLER,
-    REPLACE,
-    VALUE_MERGES,
-)
+from cluster_model import Node, Unschedulable, admission_problem, installed_pods, nodes, schedule
 
 from conftest import hyperpod_config
 from llm_infra import config as config_module
@@ -40,7 +24,15 @@ from llm_infra.constructs import hyperpod_training_operator as operator_module
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInstanceGroup
 from llm_infra.constructs.hyperpod_training_operator import HyperPodTrainingOperator
 from llm_infra.constructs.training_cluster import TrainingCluster
+from llm_infra.deploy_workloads import Templates, applied_objects
 from llm_infra.node_labels import NODE_ROLE_LABEL
+from llm_infra.upstream_charts import (
+    HELM_MERGE,
+    HYPERPOD_COMPUTE_TYPE_LABEL,
+    HYPERPOD_TRAINING_OPERATOR_CONTROLLER,
+    REPLACE,
+    VALUE_MERGES,
+)
 from llm_infra.versions import HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 OPERATOR = "amazon-sagemaker-hyperpod-training-operator"

@@ -1,10 +1,10 @@
-"""What the pinned upstream Helm charts do with the values we pass: their defaults and templates, as
-pod specs the scheduler sees, and the CRDs they install.
+"""What the pinned upstream Helm charts and EKS add-ons do with the values we pass: their defaults and
+templates, as pod specs the scheduler sees, and the CRDs they install.
 
-Each model was read from the chart's source at the pinned version (paths and commits below); a test
-that meets a chart or version without a model fails, so a version bump means reading the new source.
-Only what scheduling and CRD presence depend on is modelled: affinity, nodeSelector, tolerations,
-resource requests, replicas, DaemonSet or not.
+Each model was read from the chart's source at the pinned version (paths and commits below); a chart or
+version without a model raises :class:`NoModel`, so a version bump means reading the new source. Only
+what scheduling and CRD presence depend on is modelled: affinity, nodeSelector, tolerations, resource
+requests, replicas, DaemonSet or not. Used by ``llm-infra rehearse`` and the contract tests.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from llm_infra.instance_types import INSTANCE_PROFILES
 from llm_infra.node_labels import INSTANCE_TYPE_LABEL
+from llm_infra.service_limits import HYPERPOD_TRAINING_OPERATOR_NAMESPACE
 
 CRITICAL_ADDONS_ONLY = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 # HyperPod labels each of its nodes with this (value as in published listings of HyperPod nodes, e.g.
@@ -29,6 +30,10 @@ HYPERPOD_COMPUTE_TYPE = "hyperpod"
 REPLACE = "replace"
 HELM_MERGE = "helm-merge"
 VALUE_MERGES = (REPLACE, HELM_MERGE)
+
+
+class NoModel(LookupError):
+    """A chart, add-on or configuration value that no model here was read for."""
 
 
 def helm_coalesce(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,7 +52,8 @@ def helm_coalesce(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> 
 
 def combine(default: Any, given: Any, merge: str) -> Any:
     """One value as the chart renders it: ``given`` (None: not given) combined with ``default``."""
-    assert merge in VALUE_MERGES, merge
+    if merge not in VALUE_MERGES:
+        raise ValueError(f"merge {merge!r}: one of {VALUE_MERGES}")
     if given is None:
         return copy.deepcopy(default)
     if merge == HELM_MERGE and isinstance(default, Mapping) and isinstance(given, Mapping):
@@ -221,9 +227,9 @@ def chart_model(chart: str, version: str) -> ChartModel:
     try:
         return PINNED_CHARTS[(chart, version)]
     except KeyError:
-        raise AssertionError(
-            f"no contract model for Helm chart {chart} {version}: read its values.yaml and templates at that "
-            "version and add one to tests/upstream_charts.py"
+        raise NoModel(
+            f"no model of Helm chart {chart} {version}: read its values.yaml and templates at that "
+            "version and add one to llm_infra/upstream_charts.py"
         ) from None
 
 
@@ -313,8 +319,10 @@ def _vpc_cni(values: dict[str, Any], merge: str) -> list[PodTemplate]:
     # the pods' requests and placement do not depend on it.
     for key, value in values.items():
         allowed = VPC_CNI_CONFIGURATION.get(key)
-        assert allowed is not None, f"vpc-cni: the model reads no configuration key {key!r}"
-        assert value in allowed, f"vpc-cni: {key}={value!r}; allowed: {allowed}"
+        if allowed is None:
+            raise NoModel(f"vpc-cni: the model reads no configuration key {key!r}")
+        if value not in allowed:
+            raise NoModel(f"vpc-cni: {key}={value!r}; modelled: {allowed}")
     not_elsewhere = {**NOT_FARGATE, "values": ["fargate", "hybrid", "auto"]}
     spec = _pod(affinity=_required(*LINUX_NODES, not_elsewhere), tolerations=TOLERATE_ALL, requests={"cpu": "50m"})
     return [PodTemplate("aws-node", spec, daemon=True)]
@@ -418,6 +426,15 @@ def _hyperpod_training_operator(values: dict[str, Any], merge: str) -> list[PodT
     return [PodTemplate(HYPERPOD_TRAINING_OPERATOR_CONTROLLER, spec)]
 
 
+# The namespace each add-on's workloads run in; kube-system unless named here.
+ADDON_NAMESPACES = {
+    "amazon-cloudwatch-observability": "amazon-cloudwatch",
+    "cert-manager": "cert-manager",
+    "amazon-sagemaker-hyperpod-training-operator": HYPERPOD_TRAINING_OPERATOR_NAMESPACE,
+}
+# AWS's HyperPod chart installs into its stack's Namespace parameter, but for these (hard-coded).
+HYPERPOD_CHART_NAMESPACES = {"training-operator": "kubeflow"}
+
 AddonRender = Callable[[dict[str, Any], str], list[PodTemplate]]
 
 
@@ -425,7 +442,8 @@ def _unconfigurable(render: Callable[[], list[PodTemplate]]) -> AddonRender:
     """A model that reads no configuration values: given some, it fails rather than ignore them."""
 
     def checked(values: dict[str, Any], merge: str) -> list[PodTemplate]:
-        assert not values, f"the model reads no configuration values, got {values}"
+        if values:
+            raise NoModel(f"the model reads no configuration values, got {values}")
         return render()
 
     return checked
@@ -453,8 +471,8 @@ def addon_pods(
     unless the add-on's packaging does otherwise)."""
     read_at, render = EKS_ADDONS.get(name, ("", None))
     if render is None or not version.startswith(read_at):
-        raise AssertionError(
-            f"no contract model for EKS add-on {name} {version}: read its upstream chart or manifest at that "
-            "version and add one to tests/upstream_charts.py"
+        raise NoModel(
+            f"no model of EKS add-on {name} {version}: read its upstream chart or manifest at that "
+            "version and add one to llm_infra/upstream_charts.py"
         )
     return render(json.loads(configuration_values) if configuration_values else {}, merge)

@@ -1,0 +1,164 @@
+"""``llm-infra rehearse`` (issue 22) on the real control plane: the default app's deploy, both compute modes,
+runs every pod; a user's pod that cannot fit stays Pending with kube-scheduler's reason and fails the run.
+
+The rehearsals skip when ``make k8s`` has not built the control plane; bad input is checked without it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, hyperpod_config, run_cli
+from llm_infra import control_plane
+from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.render import write_dist
+from llm_infra.rehearse import REQUIRED_COMPONENTS, node_object, plan
+
+BIN_DIR = control_plane.default_bin_dir()
+MISSING = control_plane.missing_binaries(BIN_DIR, REQUIRED_COMPONENTS)
+needs_control_plane = pytest.mark.skipif(
+    bool(MISSING),
+    reason=f"real control plane: {', '.join(MISSING)} not built in {BIN_DIR}; run `make k8s` "
+    f"or set {control_plane.BIN_DIR_VARIABLE} to prebuilt binaries",
+)
+NINE_GPUS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: wants-nine-gpus, namespace: training}
+spec:
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  containers:
+  - name: main
+    image: example.invalid/train:1
+    resources: {limits: {nvidia.com/gpu: 9}}
+"""
+# The derived HyperPodPyTorchJob CRD closes its objects: the API server's strict field validation refuses this.
+UNKNOWN_FIELD_JOB = """
+apiVersion: sagemaker.amazonaws.com/v1
+kind: HyperPodPyTorchJob
+metadata: {name: typo, namespace: training}
+spec:
+  replicaSpecs: [{name: pods, replicas: 1, replica: 2}]
+"""
+
+
+@pytest.fixture(scope="module")
+def synthesized(synth, tmp_path_factory) -> Callable[[TrainingConfig], list[str]]:
+    """``--cdk-out``/``--manifests`` flags for a config: the app synthesized, the manifests rendered."""
+
+    def flags(config: TrainingConfig) -> list[str]:
+        app = synth(config)
+        dist = app.outdir / "dist"
+        if not dist.is_dir():
+            write_dist(config, dist)
+        return ["--app-dir", str(REPO_ROOT), "--cdk-out", str(app.outdir), "--manifests", str(dist)]
+
+    return flags
+
+
+@needs_control_plane
+def test_a_pod_that_cannot_fit_is_pending_with_the_schedulers_reason(synthesized, capsys, tmp_path: Path) -> None:
+    (tmp_path / "big.yaml").write_text(NINE_GPUS)
+    (tmp_path / "typo.yaml").write_text(UNKNOWN_FIELD_JOB)
+    flags = [
+        *synthesized(TrainingConfig()),
+        "--apply",
+        str(tmp_path / "big.yaml"),
+        "--apply",
+        str(tmp_path / "typo.yaml"),
+    ]
+    code, out, err = run_cli(capsys, "rehearse", *flags, "--output", "json")
+    assert code == 1, err
+    report = json.loads(out)
+    assert set(report) >= {"pods", "nodes", "unhandled", "refused", "warnings", "passed", "modelled_from_pinned_charts"}
+    assert "EKS add-on coredns v1.12.4-eksbuild.1" in report["modelled_from_pinned_charts"]
+    assert all(set(pod) >= {"namespace", "name", "node", "phase", "reason"} for pod in report["pods"])
+    (big,) = [p for p in report["pods"] if p["name"] == "wants-nine-gpus"]
+    assert big["phase"] == "Pending" and not big["node"]
+    assert "0/4 nodes are available" in big["reason"] and "Insufficient nvidia.com/gpu" in big["reason"]
+    # Everything else, the default app's deploy and its jobs, runs.
+    others = [p for p in report["pods"] if p is not big]
+    assert others and all(p["phase"] in ("Running", "Succeeded") and p["node"] for p in others), others
+    assert not report["passed"]
+    (typo,) = report["refused"]
+    assert typo["kind"] == "HyperPodPyTorchJob"
+    assert typo["reason"].endswith(".spec.replicaSpecs[0].replica: field not declared in schema"), typo
+
+    # The GPU nodes: 8 GPUs and 32 EFA devices advertised where the device plugins run, tainted.
+    gpu_nodes = [n for n in report["nodes"] if n["instance_type"] == "p5.48xlarge"]
+    assert len(gpu_nodes) == 2
+    for node in gpu_nodes:
+        assert node["allocatable"]["nvidia.com/gpu"] == "8" and node["allocatable"]["vpc.amazonaws.com/efa"] == "32"
+        assert node["allocatable"]["hugepages-2Mi"] == "10Gi" and "nvidia.com/gpu=true:NoSchedule" in node["taints"]
+    plugins = [
+        p for p in report["pods"] if p["name"].startswith(("nvidia-device-plugin-", "aws-efa-k8s-device-plugin-"))
+    ]
+    assert sorted(p["node"] for p in plugins) == sorted(2 * [n["name"] for n in gpu_nodes])
+    # The PyTorchJobs' workers land on the GPU nodes, when the training operator runs here.
+    workers = [p for p in report["pods"] if "-worker-" in p["name"]]
+    if "training-operator" in report["control_plane"]["components"]:
+        assert workers and {p["node"] for p in workers} == {n["name"] for n in gpu_nodes}
+    else:
+        assert not workers and {u["kind"] for u in report["unhandled"]} == {"PyTorchJob"}
+
+
+@needs_control_plane
+def test_the_hyperpod_app_rehearses_with_its_jobs_listed_as_having_no_controller_here(synthesized, capsys) -> None:
+    code, out, err = run_cli(capsys, "rehearse", *synthesized(hyperpod_config()), "-c", "compute=hyperpod")
+
+    assert code == 0, out + err
+    assert "rehearsal: PASS" in out and "modelled from the pinned charts" in out
+    no_controller = out.split("no controller here (", 1)[1]
+    for job in ("train", "validation-2-allreduce", "validation-3-training", "llama2-7b"):
+        assert f"HyperPodPyTorchJob training/{job} " in no_controller
+    assert "the HyperPod training operator is closed source" in no_controller
+    assert "ml.p5.48xlarge" in out and " Pending " not in out
+
+
+def test_bad_input_is_one_line_and_exit_2(synthesized, capsys, tmp_path: Path) -> None:
+    flags = synthesized(TrainingConfig())
+    code, out, err = run_cli(capsys, "rehearse", *flags, "--apply", str(tmp_path / "absent.yaml"))
+    assert (code, out) == (2, "")
+    assert err == f"llm-infra: error: --apply: cannot read {tmp_path / 'absent.yaml'}: No such file or directory\n"
+
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    code, _, err = run_cli(capsys, "rehearse", *flags, "--apply", str(tmp_path / "list.yaml"))
+    assert code == 2 and "every document must be a Kubernetes object" in err and err.count("\n") == 1
+
+    code, _, err = run_cli(capsys, "rehearse", *flags, "-c", "compute=hyperpod")
+    assert code == 2 and "holds compute=eks templates, the config says hyperpod" in err
+
+
+def test_without_the_binaries_it_says_make_k8s(synthesized, capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(control_plane.BIN_DIR_VARIABLE, str(tmp_path))
+    code, out, err = run_cli(capsys, "rehearse", *synthesized(TrainingConfig()))
+    assert (code, out) == (1, "")
+    assert err.startswith("llm-infra: error: the control plane is not built (etcd, kube-apiserver,")
+    assert "run `make k8s`" in err and err.count("\n") == 1
+
+
+def test_nodes_per_group_caps_each_group_and_says_so(synth) -> None:
+    app = synth(TrainingConfig())
+    dist = app.outdir / "dist"
+    if not dist.is_dir():
+        write_dist(TrainingConfig(), dist)
+    full = plan(TrainingConfig(), app.outdir, dist)
+    assert len(full.nodes) == 4 and not full.notes
+    capped = plan(TrainingConfig(), app.outdir, dist, nodes_per_group=1)
+    assert sorted(n.group for n in capped.nodes) == sorted({n.group for n in full.nodes})
+    assert len(capped.notes) == 2 and all("2 nodes in the template, 1 rehearsed" in note for note in capped.notes)
+
+    (gpu,) = [node_object(n) for n in capped.nodes if n.gpus]
+    assert gpu["metadata"]["annotations"] == {"kwok.x-k8s.io/node": "fake"}
+    assert gpu["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    assert gpu["status"]["capacity"] == {
+        "cpu": "192000m",
+        "memory": "2097152Mi",
+        "hugepages-2Mi": "10240Mi",
+        "pods": "110",
+    }
+    assert "nvidia.com/gpu" not in gpu["status"]["allocatable"]  # the device plugin advertises it
