@@ -1,5 +1,5 @@
 """A scheduler model of the deployed cluster: the nodes and the pods of what the stacks install
-(``llm_infra.deploy_workloads``, from the synthesized templates), the pods of every object we apply or
+(``llm_infra.ops.deploy_workloads``, from the synthesized templates), the pods of every object we apply or
 render, and a scheduler that places them the way kube-scheduler's filters do (nodeSelector, required
 node affinity, taints, resource requests, required pod anti-affinity per hostname). DaemonSet pods go
 to every node they are admitted to. Extended resources (``nvidia.com/gpu``, ``vpc.amazonaws.com/efa``)
@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from llm_infra.deploy_workloads import EFA, GPU, Templates, applied_objects, releases, template_nodes
-from llm_infra.upstream_charts import HELM_MERGE, PodTemplate
+from llm_infra.ops.deploy_workloads import EFA, GPU, Templates, applied_objects, releases, template_nodes
+from llm_infra.ops.upstream_charts import HELM_MERGE, PodTemplate
 
 # KubeRay's default submitter pod for a RayJob (ray-operator/controllers/ray/common/job.go,
 # GetDefaultSubmitterTemplate): `ray job submit` in the head's image, no placement, 500m and 200Mi

@@ -18,10 +18,11 @@ from botocore.config import Config
 from botocore.stub import Stubber
 from kube_api_double import KubeApiDouble
 
-from llm_infra import cli, crds
-from llm_infra.commands import cluster_access
+from llm_infra import cli
+from llm_infra.cli.commands import cluster_access
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import payload_files
+from llm_infra.ops import crds
 from llm_infra.stacks.training_app import add_training_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -201,8 +202,8 @@ def hyperpod_double(
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[Any]:
     """etcd, kube-apiserver, kube-scheduler, kube-controller-manager and KWOK on 127.0.0.1, once per
-    session (``llm_infra.control_plane``; no operators); skips when ``make k8s`` has not built them."""
-    from llm_infra import control_plane as cp
+    session (``llm_infra.ops.control_plane``; no operators); skips when ``make k8s`` has not built them."""
+    from llm_infra.ops import control_plane as cp
 
     components = ("kube-controller-manager", "kube-scheduler", "kwok")
     bin_dir = cp.default_bin_dir()

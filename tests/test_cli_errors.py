@@ -16,8 +16,8 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import MaxRetryError
 
 from llm_infra import cli
-from llm_infra.commands import plan as plan_commands
-from llm_infra.errors import explain
+from llm_infra.cli.commands import plan as plan_commands
+from llm_infra.cli.errors import explain
 
 JOB = ["--instances", "16", "--failure-rate", "0.05", "--gpu-hours", "1e5", "--price", "40"]
 NODES = ["nodes", "list", "--cluster", "c"]

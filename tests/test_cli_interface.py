@@ -17,10 +17,10 @@ import pytest
 
 from conftest import REPO_ROOT, run_cli
 from llm_infra import cli
-from llm_infra.commands import hyperpod as hyperpod_commands
-from llm_infra.commands.hyperpod import resolve_region
-from llm_infra.hyperpod_ops import Node
-from llm_infra.terminal import Progress, RenamedFlag
+from llm_infra.cli.commands import hyperpod as hyperpod_commands
+from llm_infra.cli.commands.hyperpod import resolve_region
+from llm_infra.cli.terminal import Progress, RenamedFlag
+from llm_infra.ops.hyperpod import Node
 
 
 def parsers(parser: argparse.ArgumentParser | None = None) -> Iterator[argparse.ArgumentParser]:
@@ -80,7 +80,7 @@ def test_every_command_has_output_table_or_json(prog: str) -> None:
 def test_output_json_and_its_alias_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     node = Node("i-0123456789abcdef0", "gpu", "ml.p5.48xlarge", "Running", "2026-12-01T00:00:00+00:00")
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: None)
-    monkeypatch.setattr("llm_infra.hyperpod_ops.list_nodes", lambda *args, **kwargs: [node])
+    monkeypatch.setattr("llm_infra.ops.hyperpod.list_nodes", lambda *args, **kwargs: [node])
     outputs = [
         run_cli(capsys, "nodes", "list", "--cluster", "hp", *flags)[1]
         for flags in ([], ["--output", "json"], ["--json"])
@@ -102,7 +102,7 @@ def test_cluster_status_is_a_table_by_default(
         "stack_outputs": {"FileSystemId": "fs-0123456789abcdef0"},
     }
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: None)
-    monkeypatch.setattr("llm_infra.hyperpod_ops.cluster_status", lambda *args: status)
+    monkeypatch.setattr("llm_infra.ops.hyperpod.cluster_status", lambda *args: status)
     code, out, _ = run_cli(capsys, "cluster", "status", "--cluster", "hp")
     assert code == 0 and not out.startswith("{")
     assert out.splitlines()[:2] == [

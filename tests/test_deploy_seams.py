@@ -16,10 +16,10 @@ from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.constructs.hyperpod_dependencies import HELM_RELEASE, HyperPodDependencies, chart_switches
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
-from llm_infra.deploy_workloads import Templates, flatten, hyperpod_lifecycle_settings
 from llm_infra.k8s_manifests.render import write_dist
+from llm_infra.ops.deploy_workloads import Templates, flatten, hyperpod_lifecycle_settings
+from llm_infra.ops.upstream_charts import VPC_CNI_CONFIGURATION, VPC_CNI_NETWORK_POLICY_SINCE
 from llm_infra.service_limits import HYPERPOD_REGIONS
-from llm_infra.upstream_charts import VPC_CNI_CONFIGURATION, VPC_CNI_NETWORK_POLICY_SINCE
 
 CLUSTER, STORAGE = "-cluster", "-storage"
 LUSTRE = sorted((p.to_rule_json()["fromPort"], p.to_rule_json()["toPort"]) for p in LUSTRE_PORTS)

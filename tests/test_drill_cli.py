@@ -23,9 +23,9 @@ from conftest import REGION, REPO_ROOT, app_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.render import build_charts
 from llm_infra.k8s_manifests.values import WorkloadValues
-from llm_infra.measured_run import read_runs
 from llm_infra.node_labels import HEALTH_STATUS_KEY
-from llm_infra.validation_run import chart_objects
+from llm_infra.ops.validation_run import chart_objects
+from llm_infra.planner.measured_run import read_runs
 
 GPU_NODES = ["gpu-a", "gpu-b"]
 FAST = ["--poll-seconds", "0.02", "--app-dir", str(REPO_ROOT)]

@@ -21,7 +21,6 @@ from cluster_model import Node, admission_problem, deploy_pods, nodes, pod_templ
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
-from llm_infra.deploy_workloads import GPU, Templates
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
 from llm_infra.k8s_manifests.kuberay_chart import CLUSTER_LABEL, RAY_CLUSTER, REDIS_PASSWORD_SECRET, KubeRayChart
@@ -29,7 +28,8 @@ from llm_infra.k8s_manifests.pod_spec import gpu_node_affinity, nccl_env
 from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
-from llm_infra.upstream_charts import PodTemplate
+from llm_infra.ops.deploy_workloads import GPU, Templates
+from llm_infra.ops.upstream_charts import PodTemplate
 from manifest_validation import validate_object
 
 RAY_IMAGE = (

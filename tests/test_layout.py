@@ -139,3 +139,34 @@ def test_app_writes_the_charts_as_yaml_when_asked(tmp_path: Path) -> None:
         "llama2-7b-1-data-prep.k8s.yaml",
         "llama2-7b-2-train.k8s.yaml",
     }
+
+
+def test_each_folder_of_llm_infra_imports_only_what_its_role_allows() -> None:
+    """The foundation (llm_infra/*.py, and the constructs, stacks and charts built on it) imports nothing of
+    the command, the planner or the operations tools; ops/ and planner/ never import the command."""
+    import re
+
+    forbidden = {
+        "foundation": ("llm_infra.cli", "llm_infra.planner", "llm_infra.ops"),
+        "ops": ("llm_infra.cli",),
+        "planner": ("llm_infra.cli",),
+    }
+    folders = {
+        "foundation": [
+            *(REPO_ROOT / "llm_infra").glob("*.py"),
+            *(REPO_ROOT / "constructs").glob("*.py"),
+            *(REPO_ROOT / "stacks").glob("*.py"),
+            *(REPO_ROOT / "k8s_manifests").glob("*.py"),
+        ],
+        "ops": list((REPO_ROOT / "llm_infra" / "ops").glob("*.py")),
+        "planner": list((REPO_ROOT / "llm_infra" / "planner").glob("*.py")),
+    }
+    imports = re.compile(r"^\s*(?:from|import)\s+(llm_infra[\w.]*)", re.M)
+    found = [
+        f"{path.relative_to(REPO_ROOT)} imports {module}"
+        for role, paths in folders.items()
+        for path in paths
+        for module in imports.findall(path.read_text())
+        if module.startswith(forbidden[role])
+    ]
+    assert folders["ops"] and folders["planner"] and not found, found

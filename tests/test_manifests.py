@@ -11,13 +11,13 @@ from cluster_model import pod_templates
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from conftest import RAY_TEST_IMAGE, hyperpod_config
+from llm_infra.cli.synth_summary import manifests_summary
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR, payload_files
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
 from llm_infra.k8s_manifests.pod_spec import TORCHRUN_TEARDOWN_SECONDS
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.k8s_manifests.values import WorkloadValues
-from llm_infra.synth_summary import manifests_summary
 from manifest_validation import load_documents, validate_object
 
 OUTPUTS = {

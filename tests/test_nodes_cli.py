@@ -17,8 +17,8 @@ from botocore.config import Config
 from botocore.stub import ANY, Stubber
 
 from conftest import ACCOUNT, REGION, run_cli
-from llm_infra.commands import hyperpod as hyperpod_commands
-from llm_infra.hyperpod_ops import batch_action, list_nodes, wait_until_running
+from llm_infra.cli.commands import hyperpod as hyperpod_commands
+from llm_infra.ops.hyperpod import batch_action, list_nodes, wait_until_running
 
 
 def sagemaker(endpoint: str):
@@ -142,7 +142,7 @@ def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeyp
     stub.add_response("list_cluster_nodes", node_page({"i-1": "Pending", "i-2": "Running"}), {"ClusterName": "hp"})
     stub.add_response("list_cluster_nodes", node_page({"i-1": "Running", "i-2": "Running"}), {"ClusterName": "hp"})
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
-    monkeypatch.setattr("llm_infra.hyperpod_ops.time.sleep", lambda seconds: None)
+    monkeypatch.setattr("llm_infra.ops.hyperpod.time.sleep", lambda seconds: None)
     with stub:
         code, out, err = run_cli(
             capsys,

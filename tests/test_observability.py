@@ -13,8 +13,8 @@ from payload.conftest import SMALL, WORKLOADS, json_lines, run_torchrun
 
 from conftest import hyperpod_config
 from llm_infra.cli import main as cli_main
+from llm_infra.cli.dashboard_diagram import dashboard_body, render, widget_lines
 from llm_infra.config import ConfigError, TrainingConfig
-from llm_infra.dashboard_diagram import dashboard_body, render, widget_lines
 
 sys.path.insert(0, str(WORKLOADS))
 from throughput import ThroughputMonitor  # noqa: E402

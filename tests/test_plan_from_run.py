@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from llm_infra.cli import main
-from llm_infra.measured_run import read_runs
+from llm_infra.planner.measured_run import read_runs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = ["--instances", "256", "--failure-rate", "0.05", "--gpu-hours", "1e7", "--price", "40"]

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from llm_infra import cli
-from llm_infra.measured_run import PRESET_PARAMETERS
 from llm_infra.planner import (
     GOODPUT_FLOOR,
     RECOVERY_PRESETS,
@@ -30,6 +29,7 @@ from llm_infra.planner import (
     simulate,
     simulate_wall_hours,
 )
+from llm_infra.planner.measured_run import PRESET_PARAMETERS
 
 AWS_EXAMPLE = ["--instances", "256", "--failure-rate", "0.05", "--gpu-hours", "1e7", "--price", "40"]
 # 1000 instances of a 10-hour MTBF: the job fails every 36 s.

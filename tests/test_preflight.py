@@ -18,9 +18,9 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from conftest import ACCOUNT, REGION, REPO_ROOT, app_config, run_cli
-from llm_infra import preflight
-from llm_infra.commands import preflight as preflight_command
-from llm_infra.preflight import FAIL, PASS, SKIP, WARN, QuotaBook
+from llm_infra.cli.commands import preflight as preflight_command
+from llm_infra.ops import preflight
+from llm_infra.ops.preflight import FAIL, PASS, SKIP, WARN, QuotaBook
 from llm_infra.stacks.training_app import add_training_stacks
 from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 

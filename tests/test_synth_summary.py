@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llm_infra.synth_summary import summarize
+from llm_infra.cli.synth_summary import summarize
 
 
 def test_summary_counts_every_resource_of_every_stack(default_app) -> None:

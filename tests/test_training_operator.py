@@ -24,9 +24,9 @@ from llm_infra.constructs import hyperpod_training_operator as operator_module
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInstanceGroup
 from llm_infra.constructs.hyperpod_training_operator import HyperPodTrainingOperator
 from llm_infra.constructs.training_cluster import TrainingCluster
-from llm_infra.deploy_workloads import Templates, applied_objects
 from llm_infra.node_labels import NODE_ROLE_LABEL
-from llm_infra.upstream_charts import (
+from llm_infra.ops.deploy_workloads import Templates, applied_objects
+from llm_infra.ops.upstream_charts import (
     HELM_MERGE,
     HYPERPOD_COMPUTE_TYPE_LABEL,
     HYPERPOD_TRAINING_OPERATOR_CONTROLLER,

@@ -19,10 +19,10 @@ from kube_api_double import JOB_KINDS, ChartPayload, JobController, KubeApiDoubl
 
 from conftest import REPO_ROOT, app_config, run_cli
 from llm_infra.config import TrainingConfig
-from llm_infra.job_state import Phase, expected_pods, job_state
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY
-from llm_infra.validation_run import chart_objects
+from llm_infra.ops.job_state import Phase, expected_pods, job_state
+from llm_infra.ops.validation_run import chart_objects
 from manifest_validation import validate_object
 
 GPU_NODES = ["gpu-a", "gpu-b"]
@@ -206,7 +206,7 @@ def condition(kind: str, status: str) -> dict:
     ],
 )
 def test_job_state_reads_each_kinds_conditions(job, phase) -> None:
-    """No cluster: the conditions each kind's controller writes (see llm_infra/job_state.py for the sources)."""
+    """No cluster: the conditions each kind's controller writes (see llm_infra/ops/job_state.py for the sources)."""
     assert job_state(job).phase is phase
 
 

@@ -25,11 +25,11 @@ from kube_api_double import ChartPayload
 from kwok_cluster import NAMESPACE, KwokCluster, PodRuntime, signal_when, write_kubeconfig
 
 from conftest import ACCOUNT, REGION, REPO_ROOT, app_config, run_cli
-from llm_infra.commands import cluster_access
+from llm_infra.cli.commands import cluster_access
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY
-from llm_infra.validation_run import chart_objects
+from llm_infra.ops.validation_run import chart_objects
 
 GPU_NODES = ["gpu-a", "gpu-b"]
 FAST = ["--poll-seconds", "0.05", "--app-dir", str(REPO_ROOT)]

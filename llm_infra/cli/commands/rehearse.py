@@ -11,11 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llm_infra.commands.cluster_access import add_config_flags, load_config
-from llm_infra.terminal import OUTPUT_JSON, add_output_flag, print_table
+from llm_infra.cli.commands.cluster_access import add_config_flags, load_config
+from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, print_table
 
 EXIT_FAILED = 1
-MODELLED = "EKS add-ons and Helm releases: their pods as modelled from the pinned charts (llm_infra/upstream_charts.py)"
+MODELLED = (
+    "EKS add-ons and Helm releases: their pods as modelled from the pinned charts (llm_infra/ops/upstream_charts.py)"
+)
 
 
 def register(commands: Any) -> None:
@@ -81,8 +83,8 @@ def _seconds(text: str) -> float:
 
 
 def run_rehearse(args: argparse.Namespace) -> int:
-    from llm_infra import control_plane
-    from llm_infra.rehearse import REQUIRED_COMPONENTS, plan, rehearse
+    from llm_infra.ops import control_plane
+    from llm_infra.ops.rehearse import REQUIRED_COMPONENTS, plan, rehearse
 
     config = load_config(args)
     app_dir = Path(args.app_dir)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from llm_infra.commands.cluster_access import (
+from llm_infra.cli.commands.cluster_access import (
     ClusterTarget,
     add_cluster_flags,
     connect,
@@ -19,10 +19,10 @@ from llm_infra.commands.cluster_access import (
     resolve_cluster,
     workload_values,
 )
+from llm_infra.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from llm_infra.cli.terminal import OUTPUT_JSON, Progress, RenamedFlag, UsageError, confirm, print_table
 from llm_infra.config import ConfigError, TrainingConfig
-from llm_infra.errors import EXIT_FAILED, EXIT_INTERRUPTED
-from llm_infra.kube import Kube, KubeError
-from llm_infra.terminal import OUTPUT_JSON, Progress, RenamedFlag, UsageError, confirm, print_table
+from llm_infra.ops.kube import Kube, KubeError
 
 
 def register(commands: Any) -> None:
@@ -115,7 +115,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace, config: TrainingConfig, target: ClusterTarget, kube: Kube) -> int:
-    from llm_infra.validation_run import (
+    from llm_infra.ops.validation_run import (
         Timing,
         ValidationRun,
         apply_base,
@@ -217,7 +217,7 @@ def _validate(args: argparse.Namespace, config: TrainingConfig, target: ClusterT
 
 
 def _replace_failed(args: argparse.Namespace, kube: Kube, results: list[Any], ui: StderrUi) -> list[str]:
-    from llm_infra.hyperpod_ops import PENDING_REPLACEMENT, request_node_recovery
+    from llm_infra.ops.hyperpod import PENDING_REPLACEMENT, request_node_recovery
 
     failed = [node for r in results if r.stage == "health" for node in r.failed_nodes]
     if not failed:

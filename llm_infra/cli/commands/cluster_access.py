@@ -15,11 +15,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_infra.commands.hyperpod import add_aws_flags, aws_client, resolve_region
+from llm_infra.cli.commands.hyperpod import add_aws_flags, aws_client, resolve_region
+from llm_infra.cli.terminal import UsageError, add_output_flag
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
-from llm_infra.kube import Kube, KubeError, context_for_cluster
-from llm_infra.terminal import UsageError, add_output_flag
+from llm_infra.ops.kube import Kube, KubeError, context_for_cluster
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def workload_values(args: argparse.Namespace, config: TrainingConfig) -> Workloa
 
 def resolve_cluster(args: argparse.Namespace, config: TrainingConfig) -> ClusterTarget:
     """The cluster behind ``--cluster``, checked against the AWS API (an unknown name is bad input)."""
-    from llm_infra.hyperpod_ops import describe_cluster
+    from llm_infra.ops.hyperpod import describe_cluster
 
     region = resolve_region(
         args, [("the app's config (region)", config.region), (f"gpu_az_id {config.gpu_az_id}", config.gpu_az_region)]

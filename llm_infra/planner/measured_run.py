@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_infra.drill import DRILL_KIND, DRILL_VERSION
+from llm_infra.ops.drill import DRILL_KIND, DRILL_VERSION
 from llm_infra.payload_log import json_objects
 from llm_infra.planner import PlanError
 

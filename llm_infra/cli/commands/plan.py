@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llm_infra.measured_run import Measurement, RunMeasurements, read_runs
+from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, print_table
 from llm_infra.planner import (
     FAILURE_PRESETS,
     MODELS,
@@ -38,7 +38,7 @@ from llm_infra.planner import (
     plot,
     simulate,
 )
-from llm_infra.terminal import OUTPUT_JSON, add_output_flag, print_table
+from llm_infra.planner.measured_run import Measurement, RunMeasurements, read_runs
 
 DEFAULT_STALL_SECONDS = 60.0
 DEFAULT_RECOVERY_AUTO = "hyperpod-auto"

@@ -2,7 +2,7 @@
 
 Each file is the upstream file, unmodified: its served ``openAPIV3Schema`` is what the Kubernetes API
 server enforces for that kind. They are read from ``$LLM_INFRA_CRDS_DIR`` when set, else from
-``.cache/crds/`` in the checkout, which ``make crds`` (``python -m llm_infra.crds fetch``) fills over
+``.cache/crds/`` in the checkout, which ``make crds`` (``python -m llm_infra.ops.crds fetch``) fills over
 HTTPS, checking every sha256. Loading checks the sha256 again, so a test never validates against a
 schema other than the pinned one.
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 CRDS_DIR_VARIABLE = "LLM_INFRA_CRDS_DIR"
-DEFAULT_CRDS_DIR = Path(__file__).resolve().parent.parent / ".cache" / "crds"
-DERIVED_SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
+DEFAULT_CRDS_DIR = Path(__file__).resolve().parents[2] / ".cache" / "crds"
+DERIVED_SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
 HYPERPOD_JOB_SCHEMA = "hyperpodpytorchjob.schema.json"
 
 
@@ -194,7 +194,7 @@ def _sha256(data: bytes) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_infra.crds", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m llm_infra.ops.crds", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     fetch_parser = sub.add_parser("fetch", help="download the pinned CRDs that are missing")
     fetch_parser.add_argument("directory", type=Path, nargs="?", default=None)

@@ -8,11 +8,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from llm_infra.commands import dashboard, drill, hyperpod, preflight, rehearse, validate
-from llm_infra.commands import plan as plan_commands
-from llm_infra.errors import EXIT_FAILED, EXIT_INTERRUPTED, explain
+from llm_infra.cli.commands import dashboard, drill, hyperpod, preflight, rehearse, validate
+from llm_infra.cli.commands import plan as plan_commands
+from llm_infra.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED, explain
+from llm_infra.cli.terminal import EXIT_BAD_INPUT, Parser, UsageError
+from llm_infra.ops.rehearse import BadInput
 from llm_infra.planner import PlanError
-from llm_infra.terminal import EXIT_BAD_INPUT, Parser, UsageError
 
 DESCRIPTION = """Plan what failures cost a training job, check an AWS account before a deploy, validate and drill
 a deployed cluster, operate HyperPod nodes.
@@ -34,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not at interpreter exit
         return code
-    except (PlanError, UsageError) as err:
+    except (PlanError, UsageError, BadInput) as err:
         print(f"llm-infra: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llm_infra.terminal import OUTPUT_JSON, UsageError, add_output_flag
+from llm_infra.cli.terminal import OUTPUT_JSON, UsageError, add_output_flag
 
 
 def register(commands: Any) -> None:
@@ -26,7 +26,7 @@ def register(commands: Any) -> None:
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
-    from llm_infra.dashboard_diagram import dashboard_body, render
+    from llm_infra.cli.dashboard_diagram import dashboard_body, render
 
     if not args.template.is_file():
         raise UsageError(f"--template: {args.template} does not exist; run `make synth` first")

@@ -8,10 +8,10 @@ import json
 import sys
 from typing import Any
 
-from llm_infra.commands.cluster_access import add_config_flags, load_config
-from llm_infra.commands.hyperpod import add_aws_flags, aws_client, resolve_region
+from llm_infra.cli.commands.cluster_access import add_config_flags, load_config
+from llm_infra.cli.commands.hyperpod import add_aws_flags, aws_client, resolve_region
+from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, print_table
 from llm_infra.config import TrainingConfig
-from llm_infra.terminal import OUTPUT_JSON, add_output_flag, print_table
 
 EXIT_FAILED = 1
 
@@ -33,7 +33,7 @@ def register(commands: Any) -> None:
 def run_preflight(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from llm_infra.preflight import failed, run_checks
+    from llm_infra.ops.preflight import failed, run_checks
 
     config = load_config(args)
     try:

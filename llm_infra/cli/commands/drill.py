@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llm_infra.commands.cluster_access import (
+from llm_infra.cli.commands.cluster_access import (
     ClusterTarget,
     add_cluster_flags,
     connect,
@@ -18,9 +18,9 @@ from llm_infra.commands.cluster_access import (
     resolve_cluster,
     workload_values,
 )
-from llm_infra.commands.hyperpod import aws_client
-from llm_infra.kube import Kube, KubeError
-from llm_infra.terminal import OUTPUT_JSON, UsageError, confirm, print_table
+from llm_infra.cli.commands.hyperpod import aws_client
+from llm_infra.cli.terminal import OUTPUT_JSON, UsageError, confirm, print_table
+from llm_infra.ops.kube import Kube, KubeError
 
 EXIT_NOT_RECOVERED = 1
 
@@ -67,7 +67,7 @@ def register(commands: Any) -> None:
 
 
 def run_drill(args: argparse.Namespace) -> int:
-    from llm_infra.drill import FAULTS
+    from llm_infra.ops.drill import FAULTS
 
     config = load_config(args)
     fault = args.fault or FAULTS[config.compute][0]
@@ -103,7 +103,7 @@ def _training_job(args: argparse.Namespace, config: Any) -> dict[str, Any]:
 def _drill(
     args: argparse.Namespace, target: ClusterTarget, kube: Kube, job: dict[str, Any], fault: str, out: Path
 ) -> int:
-    from llm_infra.drill import DrillWatch, gpu_nodes, inject, job_pods
+    from llm_infra.ops.drill import DrillWatch, gpu_nodes, inject, job_pods
 
     metadata = job["metadata"]
     described = f"{job['kind']} {metadata['namespace']}/{metadata['name']}"

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from llm_infra.job_state import (
+from llm_infra.k8s_manifests.values import WorkloadValues
+from llm_infra.node_labels import NODE_ROLE_LABEL
+from llm_infra.ops.job_state import (
     Phase,
     expected_pods,
     job_state,
@@ -29,9 +31,7 @@ from llm_infra.job_state import (
     pod_started,
     stuck_containers,
 )
-from llm_infra.k8s_manifests.values import WorkloadValues
-from llm_infra.kube import Kube, KubeError, event_time
-from llm_infra.node_labels import NODE_ROLE_LABEL
+from llm_infra.ops.kube import Kube, KubeError, event_time
 from llm_infra.payload_log import json_objects
 
 # The chart's jobs, in the order they run (k8s_manifests/validation_chart.py).

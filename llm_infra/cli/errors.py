@@ -54,7 +54,7 @@ def _aws(error: BaseException) -> str | None:
 
 
 def _kubernetes(error: BaseException) -> str | None:
-    from llm_infra.kube import KubeError
+    from llm_infra.ops.kube import KubeError
 
     if isinstance(error, KubeError):
         return str(error)

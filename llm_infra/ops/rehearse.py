@@ -3,10 +3,10 @@ before paying for GPUs.
 
 It reads what ``make synth`` wrote (the templates in ``cdk.out/``, the manifests in
 ``k8s_manifests/dist/``), starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK and
-the operators that are built (:mod:`llm_infra.control_plane`), creates one KWOK node per node the
-templates would create (:func:`llm_infra.deploy_workloads.template_nodes`), applies the CRDs, then:
+the operators that are built (:mod:`llm_infra.ops.control_plane`), creates one KWOK node per node the
+templates would create (:func:`llm_infra.ops.deploy_workloads.template_nodes`), applies the CRDs, then:
 
-1. deploy: the EKS add-ons' and Helm releases' workloads as :mod:`llm_infra.upstream_charts` models
+1. deploy: the EKS add-ons' and Helm releases' workloads as :mod:`llm_infra.ops.upstream_charts` models
    them (their pods' placement and requests, not the real charts), the templates' ``KubernetesManifest``
    objects and the objects of ``dist/`` that are not jobs. GPUs and EFA devices are then advertised on
    the nodes where the device plugins' pods run, as the plugins would.
@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from llm_infra import crds
 from llm_infra.config import TrainingConfig
-from llm_infra.control_plane import OPTIONAL, REQUIRED, ControlPlane, ControlPlaneError
-from llm_infra.deploy_workloads import (
+from llm_infra.ops import crds
+from llm_infra.ops.control_plane import OPTIONAL, REQUIRED, ControlPlane, ControlPlaneError
+from llm_infra.ops.deploy_workloads import (
     EFA,
     GPU,
     HUGEPAGES,
@@ -46,8 +46,7 @@ from llm_infra.deploy_workloads import (
     releases,
     template_nodes,
 )
-from llm_infra.terminal import UsageError
-from llm_infra.upstream_charts import PodTemplate
+from llm_infra.ops.upstream_charts import PodTemplate
 
 FIELD_MANAGER = "llm-infra-rehearse"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -87,6 +86,10 @@ KUBECTL_PREFIX = re.compile(r'^(error: )?(Error from server( \([A-Za-z]+\))?: )?
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: the CRDs are megabytes
 SIMULATION = ("kube-controller-manager", "kube-scheduler", "kwok")  # what a rehearsal needs beyond the server
 REQUIRED_COMPONENTS = (*REQUIRED, *SIMULATION)
+
+
+class BadInput(ValueError):
+    """Bad input to a rehearsal (a flag's file or folder); the message names the flag. Raised before anything starts."""
 
 
 # ---- what to apply --------------------------------------------------------------------------
@@ -133,7 +136,7 @@ def read_templates(cdk_out: Path) -> Templates:
     """The stack templates of the cloud assembly in ``cdk_out`` (its manifest.json names them)."""
     manifest = cdk_out / "manifest.json"
     if not manifest.is_file():
-        raise UsageError(f"--cdk-out: {cdk_out} has no manifest.json: run `make synth` first (or pass --cdk-out)")
+        raise BadInput(f"--cdk-out: {cdk_out} has no manifest.json: run `make synth` first (or pass --cdk-out)")
     artifacts = json.loads(manifest.read_text()).get("artifacts", {})
     templates = {
         name: json.loads((cdk_out / artifact["properties"]["templateFile"]).read_text())
@@ -141,7 +144,7 @@ def read_templates(cdk_out: Path) -> Templates:
         if artifact.get("type") == "aws:cloudformation:stack"
     }
     if not templates:
-        raise UsageError(f"--cdk-out: {cdk_out} holds no stack: run `make synth` first")
+        raise BadInput(f"--cdk-out: {cdk_out} holds no stack: run `make synth` first")
     return Templates(templates)
 
 
@@ -150,10 +153,10 @@ def _check_synthesized_for(config: TrainingConfig, templates: Templates, cdk_out
     synthesized = "hyperpod" if hyperpod else "eks"
     again = "synthesize with the same config and -c flags (make synth, or npx cdk synth -c KEY=VALUE ...)"
     if synthesized != config.compute:
-        raise UsageError(f"{cdk_out} holds compute={synthesized} templates, the config says {config.compute}: {again}")
+        raise BadInput(f"{cdk_out} holds compute={synthesized} templates, the config says {config.compute}: {again}")
     if not any(stack.startswith(f"{config.project_name}-") for stack in templates.templates):
         stacks = ", ".join(sorted(templates.templates))
-        raise UsageError(f"{cdk_out} holds no stack of project {config.project_name} ({stacks}): {again}")
+        raise BadInput(f"{cdk_out} holds no stack of project {config.project_name} ({stacks}): {again}")
 
 
 def read_objects(path: Path, flag: str) -> list[dict[str, Any]]:
@@ -161,13 +164,13 @@ def read_objects(path: Path, flag: str) -> list[dict[str, Any]]:
     try:
         documents = list(yaml.load_all(path.read_text(), Loader=YAML_LOADER))
     except OSError as err:
-        raise UsageError(f"{flag}: cannot read {path}: {err.strerror}") from None
+        raise BadInput(f"{flag}: cannot read {path}: {err.strerror}") from None
     except yaml.YAMLError as err:
-        raise UsageError(f"{flag}: {path} is not YAML: {' '.join(str(err).split())}") from None
+        raise BadInput(f"{flag}: {path} is not YAML: {' '.join(str(err).split())}") from None
     objects = [doc for doc in documents if doc is not None]
     for doc in objects:
         if not isinstance(doc, dict) or not {"apiVersion", "kind", "metadata"} <= doc.keys():
-            raise UsageError(f"{flag}: {path}: every document must be a Kubernetes object (apiVersion, kind, metadata)")
+            raise BadInput(f"{flag}: {path}: every document must be a Kubernetes object (apiVersion, kind, metadata)")
     return objects
 
 
@@ -228,16 +231,16 @@ def plan(
     nodes_per_group: int | None = None,
     crds_dir: Path | None = None,
 ) -> Plan:
-    """Read everything a rehearsal needs; bad input raises UsageError before anything starts."""
+    """Read everything a rehearsal needs; bad input raises BadInput before anything starts."""
     templates = read_templates(cdk_out)
     _check_synthesized_for(config, templates, cdk_out)
     if not manifests.is_dir():
-        raise UsageError(f"--manifests: {manifests} is not a folder: run `make synth` first (or pass --manifests)")
+        raise BadInput(f"--manifests: {manifests} is not a folder: run `make synth` first (or pass --manifests)")
     user = [(path, read_objects(path, "--apply")) for path in apply_files]
     directory = crds_dir or crds.crds_dir()
     absent = crds.missing(directory)
     if absent:
-        raise UsageError(
+        raise BadInput(
             f"the pinned CRDs ({', '.join(absent)}) are not in {directory}: run `make crds` or set "
             f"{crds.CRDS_DIR_VARIABLE}"
         )
@@ -248,7 +251,7 @@ def plan(
         hugepages = hyperpod_hugepages(templates, cdk_out)
         nodes, notes = _capped(template_nodes(templates, hyperpod_hugepages_mib=hugepages), nodes_per_group)
     except (ValueError, OSError) as err:
-        raise UsageError(f"{cdk_out}: cannot derive the nodes: {err}") from None
+        raise BadInput(f"{cdk_out}: cannot derive the nodes: {err}") from None
 
     deploy: list[Applied] = []
     installed = releases(templates)

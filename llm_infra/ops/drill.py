@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from llm_infra.job_state import Phase, job_state, node_admits, pod_finished, pod_specs
-from llm_infra.kube import Kube, event_time, parse_time
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
+from llm_infra.ops.job_state import Phase, job_state, node_admits, pod_finished, pod_specs
+from llm_infra.ops.kube import Kube, event_time, parse_time
 from llm_infra.payload_log import json_objects
 
-DRILL_KIND = "llm-infra/drill"  # the format llm_infra/measured_run.py reads (plan --from-run)
+DRILL_KIND = "llm-infra/drill"  # the format llm_infra/planner/measured_run.py reads (plan --from-run)
 DRILL_VERSION = 1
 FAULTS = {"hyperpod": ("replace", "reboot"), "eks": ("terminate",)}
 PHASES = ("detected", "node_replaced", "rejoined", "job_resumed", "first_step_after_resume")
@@ -52,7 +52,7 @@ def instance_id(node: dict[str, Any]) -> str:
 
 def inject(kube: Kube, ec2: Any, fault: str, node: dict[str, Any]) -> datetime:
     """Inject ``fault`` into ``node``; the time it started."""
-    from llm_infra.hyperpod_ops import PENDING_REBOOT, PENDING_REPLACEMENT, request_node_recovery
+    from llm_infra.ops.hyperpod import PENDING_REBOOT, PENDING_REPLACEMENT, request_node_recovery
 
     name = node["metadata"]["name"]
     started = now()

@@ -226,7 +226,7 @@ PENDING_REBOOT = "UnschedulablePendingReboot"
 
 
 def request_node_recovery(kube: Any, node: str, status: str) -> None:
-    """Label Kubernetes node ``node`` for replacement or reboot (``kube``: :class:`llm_infra.kube.Kube`)."""
+    """Label Kubernetes node ``node`` for replacement or reboot (``kube``: :class:`llm_infra.ops.kube.Kube`)."""
     from llm_infra.node_labels import HEALTH_STATUS_KEY
 
     if status not in (PENDING_REPLACEMENT, PENDING_REBOOT):

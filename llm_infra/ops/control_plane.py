@@ -11,7 +11,7 @@ process it started by its PID::
     with ControlPlane(default_bin_dir()) as cp:
         cp.kubectl("apply", "--dry-run=server", "-f", "ns.yaml")
 
-``python -m llm_infra.control_plane`` starts one, prints the start-up time and the kubeconfig
+``python -m llm_infra.ops.control_plane`` starts one, prints the start-up time and the kubeconfig
 path, and stops it again (``--hold`` keeps it up until Ctrl-C).
 
 Only the standard library is imported; the certificates come from the ``openssl`` command.
@@ -57,7 +57,7 @@ KUBERAY_VERSION = f"v{KUBERAY_OPERATOR.version}"  # the pinned kuberay-operator 
 BIN_DIR_VARIABLE = "LLM_INFRA_K8S_BIN_DIR"
 CACHE_VARIABLE = "LLM_INFRA_K8S_CACHE"
 KUBECTL_VARIABLE = "LLM_INFRA_KUBECTL"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache" / "k8s"
 REQUIRED = ("etcd", "kube-apiserver")
 OPERATORS = ("training-operator", "kuberay-operator")
@@ -86,7 +86,7 @@ def default_bin_dir() -> Path:
 
 
 def build_versions() -> dict[str, str]:
-    """What k8s/build.sh builds (``python -m llm_infra.control_plane --versions`` prints it)."""
+    """What k8s/build.sh builds (``python -m llm_infra.ops.control_plane --versions`` prints it)."""
     return {
         "k8s": K8S_VERSION,
         "etcd": ETCD_VERSION,
@@ -510,7 +510,7 @@ class ControlPlane:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_infra.control_plane", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m llm_infra.ops.control_plane", description=__doc__.splitlines()[0])
     parser.add_argument("--bin-dir", type=Path, default=default_bin_dir())
     parser.add_argument("--hold", action="store_true", help="keep it up until Ctrl-C")
     parser.add_argument("--only-required", action="store_true", help="only etcd + kube-apiserver")

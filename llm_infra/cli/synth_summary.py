@@ -1,7 +1,7 @@
 """Print a short summary of a synthesized cloud assembly: stacks and resource counts by type, and the
 Kubernetes manifests written beside it.
 
-Usage: ``python -m llm_infra.synth_summary [cdk.out [k8s_manifests/dist]]``
+Usage: ``python -m llm_infra.cli.synth_summary [cdk.out [k8s_manifests/dist]]``
 """
 
 from __future__ import annotations

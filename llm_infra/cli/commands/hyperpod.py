@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from llm_infra.terminal import (
+from llm_infra.cli.terminal import (
     OUTPUT_JSON,
     Progress,
     RenamedFlag,
@@ -205,7 +205,7 @@ def aws_client(args: argparse.Namespace, service: str) -> Any:
 
 
 def run_nodes_list(args: argparse.Namespace) -> int:
-    from llm_infra.hyperpod_ops import list_nodes
+    from llm_infra.ops.hyperpod import list_nodes
 
     nodes = list_nodes(aws_client(args, "sagemaker"), args.cluster, unhealthy_only=args.unhealthy)
     if args.output == OUTPUT_JSON:
@@ -221,7 +221,7 @@ def run_nodes_list(args: argparse.Namespace) -> int:
 
 
 def run_nodes_action(args: argparse.Namespace) -> int:
-    from llm_infra.hyperpod_ops import batch_action, wait_until_running
+    from llm_infra.ops.hyperpod import batch_action, wait_until_running
 
     if not args.yes:
         nodes = ", ".join(args.instance_ids)
@@ -250,7 +250,7 @@ def run_nodes_action(args: argparse.Namespace) -> int:
 
 
 def run_nodes_add(args: argparse.Namespace) -> int:
-    from llm_infra.hyperpod_ops import add_nodes, wait_for_group
+    from llm_infra.ops.hyperpod import add_nodes, wait_for_group
 
     if args.count < 1:
         raise UsageError(f"--count: {args.count} must be >= 1")
@@ -285,7 +285,7 @@ def run_nodes_add(args: argparse.Namespace) -> int:
 
 
 def run_cluster_status(args: argparse.Namespace) -> int:
-    from llm_infra.hyperpod_ops import cluster_status
+    from llm_infra.ops.hyperpod import cluster_status
 
     status = cluster_status(
         aws_client(args, "sagemaker"),
