@@ -163,13 +163,10 @@ def eks_double(tmp_path: Path, eks_arn: str, aws_endpoint: str) -> Iterator[tupl
         yield api, ["--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
 
 
-@pytest.fixture
-def hyperpod_double(
-    tmp_path: Path, eks_arn: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[KubeApiDouble, list[str]]]:
-    """The API double (empty) behind the HyperPod cluster "llm-infra-hyperpod", and the command flags
-    (compute=hyperpod) that reach it. DescribeCluster is answered once by botocore's Stubber on the real
-    service model (moto's answer has no ``Orchestrator``); other services stay as they are."""
+def stub_hyperpod_cluster(eks_arn: str, monkeypatch: pytest.MonkeyPatch) -> Stubber:
+    """The HyperPod cluster "llm-infra-hyperpod" orchestrated by ``eks_arn``: DescribeCluster answered once
+    by botocore's Stubber on the real service model (moto's answer has no ``Orchestrator``), for the
+    commands' SageMaker client only; other services stay as they are. Use the Stubber as a context."""
     sagemaker = boto3.client(
         "sagemaker",
         region_name=REGION,
@@ -193,6 +190,17 @@ def hyperpod_double(
     monkeypatch.setattr(
         cluster_access, "aws_client", lambda args, service: sagemaker if service == "sagemaker" else real(args, service)
     )
+    return stub
+
+
+@pytest.fixture
+def hyperpod_double(
+    tmp_path: Path, eks_arn: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[KubeApiDouble, list[str]]]:
+    """The API double (empty) behind the HyperPod cluster "llm-infra-hyperpod", and the command flags
+    (compute=hyperpod) that reach it. DescribeCluster is answered once by botocore's Stubber on the real
+    service model (moto's answer has no ``Orchestrator``); other services stay as they are."""
+    stub = stub_hyperpod_cluster(eks_arn, monkeypatch)
     with KubeApiDouble() as api, stub:
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
         yield api, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]

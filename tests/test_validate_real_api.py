@@ -17,15 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
-from botocore.stub import Stubber
 from kube_api_double import ChartPayload
 from kwok_cluster import NAMESPACE, KwokCluster, PodRuntime, signal_when, write_kubeconfig
 
-from conftest import ACCOUNT, REGION, REPO_ROOT, app_config, run_cli
-from llm_infra.cli.commands import cluster_access
+from conftest import REPO_ROOT, app_config, run_cli, stub_hyperpod_cluster
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY
@@ -65,31 +61,7 @@ def hyperpod(
 ) -> Iterator[tuple[KwokCluster, list[str]]]:
     """The real API server behind the HyperPod cluster "llm-infra-hyperpod" (DescribeCluster answered
     once by botocore's Stubber on the real service model), and the flags (compute=hyperpod) that reach it."""
-    sagemaker = boto3.client(
-        "sagemaker",
-        region_name=REGION,
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-        config=Config(retries={"max_attempts": 1}),
-    )
-    stub = Stubber(sagemaker)
-    stub.add_response(
-        "describe_cluster",
-        {
-            "ClusterArn": f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:cluster/abcdefghijkl",
-            "ClusterName": "llm-infra-hyperpod",
-            "ClusterStatus": "InService",
-            "InstanceGroups": [],
-            "Orchestrator": {"Eks": {"ClusterArn": eks_arn}},
-        },
-        {"ClusterName": "llm-infra-hyperpod"},
-    )
-    real_client = cluster_access.aws_client
-    monkeypatch.setattr(
-        cluster_access,
-        "aws_client",
-        lambda args, service: sagemaker if service == "sagemaker" else real_client(args, service),
-    )
+    stub = stub_hyperpod_cluster(eks_arn, monkeypatch)
     kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
     with stub:
         yield real, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]
