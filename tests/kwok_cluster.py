@@ -516,6 +516,9 @@ def signal_when(cluster: KwokCluster, signum: int, sent: list[int]) -> Iterator[
                 return
             stop.wait(0.05)
 
+    # A runner that starts the tests in the background (nohup, `cmd &`, some CI agents) hands Python SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler: a Ctrl-C is Python's default here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler) if signum == signal.SIGINT else None
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     try:
@@ -523,6 +526,8 @@ def signal_when(cluster: KwokCluster, signum: int, sent: list[int]) -> Iterator[
     finally:
         stop.set()
         thread.join(timeout=10)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def as_sent(obj: dict[str, Any]) -> dict[str, Any]:
