@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,3 +224,15 @@ def control_plane() -> Iterator[Any]:
         )
     with cp.ControlPlane(bin_dir, components=components) as plane:
         yield plane
+
+
+@pytest.fixture
+def bare_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No credentials, region or profile from the environment or ~/.aws, and no instance metadata."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return tmp_path

@@ -23,18 +23,6 @@ JOB = ["--instances", "16", "--failure-rate", "0.05", "--gpu-hours", "1e5", "--p
 NODES = ["nodes", "list", "--cluster", "c"]
 
 
-@pytest.fixture
-def bare_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No credentials, region or profile from the environment or ~/.aws, and no instance metadata."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    return tmp_path
-
-
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = cli.main(list(argv))
     captured = capsys.readouterr()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import re
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -294,16 +293,10 @@ def test_missing_or_bad_arguments(argv: list[str], first: str, capsys: pytest.Ca
 
 # ---- the region, as the AWS CLI resolves it ---------------------------------------------------------------------
 @pytest.fixture
-def bare_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No credentials, region or profile from the environment; ~/.aws/config is tmp_path/config."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    (tmp_path / "config").write_text("[default]\nregion = eu-west-1\n[profile other]\nregion = ap-south-1\n")
-    return tmp_path
+def bare_aws(bare_aws: Path) -> Path:
+    """conftest's bare AWS environment, with ~/.aws/config (tmp_path/config) giving two profiles' regions."""
+    (bare_aws / "config").write_text("[default]\nregion = eu-west-1\n[profile other]\nregion = ap-south-1\n")
+    return bare_aws
 
 
 @pytest.mark.parametrize(
