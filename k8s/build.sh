@@ -13,11 +13,16 @@
 # binary already there is skipped, so a second run does nothing.
 # Usage: k8s/build.sh [binary ...] (default: all seven).
 # Needs Go >= the `go` line of every module built (k8s/go.mod and KWOK v0.7.0: 1.24.0; KubeRay
-# v1.7.0: 1.26.0), python3 (stdlib only; $PYTHON), and the Go module proxy. Honours GO, PYTHON,
-# GOFLAGS, GOMODCACHE, GOCACHE, GOPROXY; e.g. on a shared 2-core machine:
+# v1.7.0: 1.26.0, its fallback v1.6.0: 1.25.0), python3 (stdlib only; $PYTHON), and the Go module
+# proxy. Honours GO, PYTHON, GOFLAGS, GOMODCACHE, GOCACHE, GOPROXY; e.g. on a shared 2-core machine:
 #   GOFLAGS=-p=1 nice -n 19 k8s/build.sh
 # A module version the proxy will not serve can come from a git checkout of its tag instead:
 # k8s/module_from_git.sh (the result is checked against sum.golang.org).
+# KubeRay: when the pinned version cannot be built (this module proxy refuses v1.7.0's zip with a 403;
+# or a Go older than its `go` line), the next-best real one, `kuberay-operator-fallback` of --versions
+# (v1.6.0), is built instead, with its own CRDs, into the same folder, and one line says so and why. The
+# binary's Go build info records which version it is (`go version -m`; control_plane.built_version), and
+# every later run tries the pinned one again and replaces the fallback once it can be downloaded.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -88,6 +93,19 @@ go_install() {
     fi
 }
 
+# Why MODULE@VERSION cannot be downloaded, on one line (go's own error); nothing when it can.
+download_error() {
+    local dir=$1 spec=$2 json
+    if json=$(cd "$dir" && "$go" mod download -json "$spec" 2>"$dir/download.err"); then
+        return 0
+    fi
+    "${PYTHON:-python3}" -c 'import json, sys; print(" ".join(json.load(sys.stdin)["Error"].split()))' <<<"$json" \
+        2>/dev/null || tr -s '\n\t' '  ' <"$dir/download.err"
+}
+
+# The version of the module a Go binary was built from (its build info's `mod` line).
+built_version() { "$go" version -m "$1" 2>/dev/null | awk '$1 == "mod" {print $3; exit}'; }
+
 # An operator's CRDs from its own module at the version built (already in the module cache), into
 # $tmp/crds: llm_infra/ops/control_plane.py applies them before it starts the operator.
 copy_crds() {
@@ -104,11 +122,34 @@ copy_crds() {
 building=""
 trap 'if [[ -n $building ]]; then rm -rf "$building"; fi' EXIT
 
+# KubeRay's operator at version $2 into $1 (the main package is the module root), with its CRDs.
+# Its RayCluster, RayJob and RayService controllers always start; RayCronJob's is behind a feature gate.
+kuberay_module=github.com/ray-project/kuberay/ray-operator
+build_kuberay() {
+    go_install "$1" kuberay-operator "-s -w" "$kuberay_module@$2" &&
+        copy_crds "$1" "$kuberay_module@$2" config/crd/bases/ray.io_{rayclusters,rayjobs,rayservices}.yaml
+}
+fallbacks="" # what the last line repeats
+
 build_one() {
-    local name=$1 tmp start module
+    local name=$1 tmp start module why
     if [[ -x $out/$name ]]; then
-        echo "k8s: $name already built in $out"
-        return 0
+        if [[ -z ${version[$name-fallback]:-} || $(built_version "$out/$name") != "${version[$name-fallback]}" ]]; then
+            echo "k8s: $name already built in $out"
+            return 0
+        fi
+        # The fallback: kept only while the pinned version still cannot be downloaded.
+        tmp=$(mktemp -d)
+        why=$(download_error "$tmp" "$kuberay_module@${version[$name]}")
+        rm -rf "$tmp"
+        if [[ -n $why ]]; then
+            echo "k8s: FALLBACK: $name ${version[$name-fallback]} already built in $out, not the pinned" \
+                "${version[$name]}, which still cannot be downloaded: $why"
+            fallbacks+=" $name ${version[$name-fallback]} (pinned ${version[$name]} not buildable)"
+            return 0
+        fi
+        echo "k8s: the pinned $name ${version[$name]} can be downloaded now: it replaces the fallback" \
+            "${version[$name-fallback]} in $out"
     fi
     mkdir -p "$out"
     tmp=$(mktemp -d "$out/.build-$name.XXXXXX")
@@ -132,10 +173,18 @@ build_one() {
         copy_crds "$tmp" "$module" manifests/base/crds/kubeflow.org_pytorchjobs.yaml
         ;;
     kuberay-operator)
-        # Its RayCluster, RayJob and RayService controllers always start; RayCronJob's is behind a feature gate.
-        module=github.com/ray-project/kuberay/ray-operator@${version[kuberay-operator]}
-        go_install "$tmp" "$name" "-s -w" "$module"
-        copy_crds "$tmp" "$module" config/crd/bases/ray.io_{rayclusters,rayjobs,rayservices}.yaml
+        why=$(download_error "$tmp" "$kuberay_module@${version[$name]}")
+        if [[ -z $why ]] && ! build_kuberay "$tmp" "${version[$name]}"; then
+            why="go install $kuberay_module@${version[$name]} failed (its output above)"
+        fi
+        if [[ -n $why ]]; then
+            echo "k8s: FALLBACK: $name ${version[$name-fallback]} (the newest release the proxy serves below it," \
+                "with its own CRDs) instead of the pinned ${version[$name]}, which cannot be built: $why" \
+                "(k8s/module_from_git.sh can supply ${version[$name]}; the next k8s/build.sh then replaces the fallback)"
+            rm -rf "${tmp:?}"/*
+            build_kuberay "$tmp" "${version[$name-fallback]}"
+            fallbacks+=" $name ${version[$name-fallback]} (pinned ${version[$name]} not buildable)"
+        fi
         ;;
     *)
         echo "build.sh: unknown binary $name" >&2
@@ -161,4 +210,4 @@ fi
 for name in "${targets[@]}"; do
     build_one "$name"
 done
-echo "k8s: binaries in $out"
+echo "k8s: binaries in $out${fallbacks:+; FALLBACK:$fallbacks (see above)}"

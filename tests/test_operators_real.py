@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -214,17 +215,24 @@ def _owner_kinds(pod: dict[str, Any]) -> list[str]:
     return [owner["kind"] for owner in pod["metadata"].get("ownerReferences", [])]
 
 
-def test_operator_crds_are_the_pinned_ones() -> None:
-    """The CRDs the operators start with (from their own modules) are byte for byte the ones we pin and deploy."""
+@pytest.mark.parametrize("operator", control_plane.OPERATORS)
+def test_operator_crds_are_the_pinned_ones(operator: str) -> None:
+    """The CRDs an operator starts with (from its own module) are byte for byte the ones we pin and deploy."""
+    built = control_plane.operator_crds(BIN_DIR, operator)
+    if not built:
+        pytest.skip(f"{operator} not built in {BIN_DIR}: make k8s")
+    if control_plane.built_version(BIN_DIR, operator) == control_plane.FALLBACK_VERSIONS.get(operator):
+        pytest.skip(
+            f"{control_plane.operator_version_note(BIN_DIR, operator)}: it starts with that release's own CRDs; "
+            "the pinned ones stay what the manifests are validated against"
+        )
     checked = 0
-    for operator in control_plane.OPERATORS:
-        for crd in control_plane.operator_crds(BIN_DIR, operator):
-            source = crds.CRD_SOURCES.get(crd.name)
-            if source is not None:  # RayService: KubeRay needs it, we pin no copy
-                assert hashlib.sha256(crd.read_bytes()).hexdigest() == source.sha256, crd
-                checked += 1
-    if not checked:
-        pytest.skip(f"no operator built in {BIN_DIR}: make k8s")
+    for crd in built:
+        source = crds.CRD_SOURCES.get(crd.name)
+        if source is not None:  # RayService: KubeRay needs it, we pin no copy
+            assert hashlib.sha256(crd.read_bytes()).hexdigest() == source.sha256, crd
+            checked += 1
+    assert checked, f"none of {[crd.name for crd in built]} is a pinned CRD"
 
 
 def test_every_process_listens_on_loopback_only(cluster: Cluster) -> None:
@@ -275,8 +283,22 @@ def test_training_operator_turns_the_pytorchjob_into_pods_on_gpu_nodes(cluster: 
     cluster.wait_for(f"pods of {name} gone", lambda: [] if not cluster.pods(selector) else None, "kwok")
 
 
+def _kuberay_version(head: dict[str, Any]) -> str | None:
+    """The KubeRay version that made ``head``: the operator writes its own (utils.KUBERAY_VERSION) into
+    the head's RAY_USAGE_STATS_EXTRA_TAGS (``kuberay_version=v1.7.0;kuberay_crd=RayCluster``)."""
+    for container in head["spec"]["containers"]:
+        for env in container.get("env", []):
+            if env["name"] == "RAY_USAGE_STATS_EXTRA_TAGS":
+                tags = dict(tag.split("=", 1) for tag in env.get("value", "").split(";") if "=" in tag)
+                return tags.get("kuberay_version")
+    return None
+
+
 def test_kuberay_creates_the_head_then_gpu_workers_when_scaled(cluster: Cluster) -> None:
+    """With the pinned KubeRay operator, or with the fallback k8s/build.sh builds when the pinned one cannot be
+    built (control_plane.KUBERAY_FALLBACK_VERSION, its own CRDs): which one ran is asserted, and a fallback warns."""
     _require("kuberay-operator")
+    built = control_plane.built_version(BIN_DIR, "kuberay-operator")
     (ray,) = cluster.objects("kuberay.k8s.yaml", "RayCluster")
     name = ray["metadata"]["name"]
     (group,) = ray["spec"]["workerGroupSpecs"]
@@ -285,12 +307,25 @@ def test_kuberay_creates_the_head_then_gpu_workers_when_scaled(cluster: Cluster)
     of_cluster = f"ray.io/cluster={name}"
 
     (head,) = cluster.wait_for(
-        f"the head pod of RayCluster {name} bound and Running",
+        f"the head pod of RayCluster {name} bound and Running (kuberay-operator {built})",
         lambda: _scheduled(cluster.pods(f"{of_cluster},ray.io/node-type=head"), 1),
         "kuberay-operator",
     )
     assert _owner_kinds(head) == ["RayCluster"]
     assert head["spec"]["nodeName"] == SYSTEM_NODE
+    ran = _kuberay_version(head)
+    assert ran in (control_plane.KUBERAY_VERSION, control_plane.KUBERAY_FALLBACK_VERSION), (
+        f"the head was made by KubeRay {ran}: neither the pinned {control_plane.KUBERAY_VERSION} nor the fallback "
+        f"{control_plane.KUBERAY_FALLBACK_VERSION} ({control_plane.operator_version_note(BIN_DIR, 'kuberay-operator')})"
+    )
+    if built is not None and built.startswith("v"):  # not "(devel)": built from a module version
+        assert built == ran, f"{BIN_DIR / 'kuberay-operator'} was built from {built}, but KubeRay {ran} ran"
+    if ran != control_plane.KUBERAY_VERSION:
+        warnings.warn(
+            f"KubeRay operator {ran} ran, the fallback for the pinned {control_plane.KUBERAY_VERSION} "
+            f"(k8s/build.sh could not build that one); {BIN_DIR}",
+            stacklevel=1,
+        )
     workers = f"{of_cluster},ray.io/node-type=worker,ray.io/group={group['groupName']}"
     assert cluster.pods(workers) == []
 

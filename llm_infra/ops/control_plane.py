@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import mmap
 import os
 import secrets
 import shutil
@@ -44,7 +45,7 @@ from types import TracebackType
 from llm_infra.versions import KUBERAY_OPERATOR
 
 # The versions k8s/build.sh builds (it reads them with ``--versions``; k8s/go.mod must pin the first
-# two); the cache folder is named after all five.
+# two); the cache folder is named after all five (the pins, also when a fallback below is built there).
 K8S_VERSION = "v1.34.4"
 ETCD_VERSION = "v3.6.4"
 KWOK_VERSION = "v0.7.0"
@@ -54,6 +55,15 @@ KWOK_VERSION = "v0.7.0"
 # go.mod, go.sum) is identical to 855e096; only the Python SDK and the manifests' tags differ.
 TRAINING_OPERATOR_VERSION = "v1.7.0"
 KUBERAY_VERSION = f"v{KUBERAY_OPERATOR.version}"  # the pinned kuberay-operator chart
+# The next-best real KubeRay operator, built when the pinned one cannot be (k8s/build.sh says so in one
+# line): the module proxy answers "403 ... This module version is not available" for the v1.7.0 zip of
+# github.com/ray-project/kuberay/ray-operator (2026-12-04; its .info and .mod are served), and serves
+# v1.6.0, the newest release below it (its @v/list is stale: it lists only v1.4.0 and v1.5.0). Built
+# with its own CRDs into the pinned folder; the binary's Go build info says which one it is
+# (built_version), and the next k8s/build.sh replaces it as soon as the pinned one can be downloaded.
+# Our rendered RayCluster and RayJob use no field that v1.6.0's CRDs lack (checked against both).
+KUBERAY_FALLBACK_VERSION = "v1.6.0"
+FALLBACK_VERSIONS = {"kuberay-operator": KUBERAY_FALLBACK_VERSION}
 BIN_DIR_VARIABLE = "LLM_INFRA_K8S_BIN_DIR"
 CACHE_VARIABLE = "LLM_INFRA_K8S_CACHE"
 KUBECTL_VARIABLE = "LLM_INFRA_KUBECTL"
@@ -61,6 +71,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = REPO_ROOT / ".cache" / "k8s"
 REQUIRED = ("etcd", "kube-apiserver")
 OPERATORS = ("training-operator", "kuberay-operator")
+PINNED_VERSIONS = {"training-operator": TRAINING_OPERATOR_VERSION, "kuberay-operator": KUBERAY_VERSION}
 OPTIONAL = ("kube-controller-manager", "kube-scheduler", "kwok", *OPERATORS)
 BUILD_COMMAND = "make k8s  (or: k8s/build.sh kube-apiserver etcd)"
 LOOPBACK = "127.0.0.1"
@@ -93,6 +104,7 @@ def build_versions() -> dict[str, str]:
         "kwok": KWOK_VERSION,
         "training-operator": TRAINING_OPERATOR_VERSION,
         "kuberay-operator": KUBERAY_VERSION,
+        **{f"{name}-fallback": version for name, version in FALLBACK_VERSIONS.items()},
         "build-dir": str(build_dir()),
     }
 
@@ -105,6 +117,52 @@ def missing_binaries(bin_dir: Path, names: Sequence[str] = REQUIRED) -> list[str
 def operator_crds(bin_dir: Path, operator: str) -> list[Path]:
     """The CRDs ``operator`` watches, as k8s/build.sh copied them from its module: ``crds/<operator>/``."""
     return sorted((bin_dir / "crds" / operator).glob("*.yaml"))
+
+
+_BUILDINFO_MAGIC = b"\xff Go buildinf:"
+
+
+def built_version(bin_dir: Path, name: str) -> str | None:
+    """The version of the module ``bin_dir/name`` was built from, read from its Go build info (the
+    ``mod`` line of ``go version -m``; ``go install pkg@version`` records it, -trimpath and -s -w keep
+    it). None: no such file, not a Go 1.18+ binary, or no main module in it."""
+    try:
+        with (bin_dir / name).open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            start = data.find(_BUILDINFO_MAGIC)
+            while start != -1 and start % 16:  # the header is 16-byte aligned
+                start = data.find(_BUILDINFO_MAGIC, start + 1)
+            if start == -1 or not data[start + 15] & 2:  # 2: strings inline (Go >= 1.18)
+                return None
+            position, strings = start + 32, []
+            for _ in range(2):  # the Go version, then the module information; each a varint length
+                length = shift = 0
+                while True:
+                    byte = data[position]
+                    position += 1
+                    length |= (byte & 0x7F) << shift
+                    shift += 7
+                    if byte < 0x80:
+                        break
+                strings.append(data[position : position + length].decode(errors="replace"))
+                position += length
+    except (OSError, ValueError, IndexError):
+        return None
+    for line in strings[1].splitlines():
+        fields = line.split("\t")
+        if fields[0] == "mod" and len(fields) >= 3:
+            return fields[2]
+    return None
+
+
+def operator_version_note(bin_dir: Path, name: str) -> str:
+    """``name`` and the version built in ``bin_dir``, and whether that is the fallback for its pin."""
+    built = built_version(bin_dir, name) or "(version unknown: no Go build info)"
+    pinned = PINNED_VERSIONS.get(name)
+    if pinned is None or built == pinned:
+        return f"{name} {built}"
+    if built == FALLBACK_VERSIONS.get(name):
+        return f"{name} {built} (the fallback: the pinned {pinned} could not be built; see k8s/build.sh)"
+    return f"{name} {built} (not the pinned {pinned})"
 
 
 def kubectl_binary(cache_dir: Path = CACHE_DIR) -> Path:
@@ -209,6 +267,7 @@ class ControlPlane:
     server: str = field(init=False, default="")
     token: str = field(init=False, default="")
     startup_seconds: dict[str, float] = field(init=False, default_factory=dict)
+    operator_versions: dict[str, str | None] = field(init=False, default_factory=dict)  # built_version
     _processes: list[_Process] = field(init=False, default_factory=list)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -236,6 +295,7 @@ class ControlPlane:
                 raise ControlPlaneError(
                     f"no CRDs for {name} in {self.bin_dir / 'crds' / name}: rebuild it with k8s/build.sh {name}"
                 )
+            self.operator_versions[name] = built_version(self.bin_dir, name)
         self.workdir = Path(tempfile.mkdtemp(prefix="llm-infra-cp-"))
         self.kubeconfig = self.workdir / "kubeconfig"
         try:  # BaseException: Ctrl-C while waiting still stops what was started
@@ -526,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
         with ControlPlane(args.bin_dir, components=() if args.only_required else None, keep=args.hold) as cp:
             for name, seconds in cp.startup_seconds.items():
                 print(f"{name}: ready in {seconds:.1f} s")
+            for name in cp.operator_versions:
+                print(operator_version_note(cp.bin_dir, name))
             print(f"kubeconfig: {cp.kubeconfig}  (pids: {' '.join(str(p.popen.pid) for p in cp._processes)})")
             print(cp.kubectl("version", "-o", "yaml").stdout)
             if args.hold:
