@@ -1,6 +1,6 @@
 """Shared fixtures: synthesize the app once per configuration and hand out the templates; for the
-command tests, the CLI in-process against local AWS (moto, botocore's Stubber) and the Kubernetes API
-test double."""
+command tests, the CLI in-process against local AWS (moto, botocore's Stubber) and the real control plane
+(tests/kwok_cluster.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.stub import Stubber
-from kube_api_double import KubeApiDouble
 
 from llm_infra import cli
 from llm_infra.cli.commands import cluster_access
@@ -155,15 +154,6 @@ def eks_arn(aws_endpoint: str) -> str:
     return str(eks.describe_cluster(name="train")["cluster"]["arn"])
 
 
-@pytest.fixture
-def eks_double(tmp_path: Path, eks_arn: str, aws_endpoint: str) -> Iterator[tuple[KubeApiDouble, list[str]]]:
-    """The API double (empty) as the Kubernetes API of the EKS cluster "train" in moto, and the command
-    flags that reach it through a generated kubeconfig."""
-    with KubeApiDouble() as api:
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        yield api, ["--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
-
-
 def stub_hyperpod_cluster(eks_arn: str, monkeypatch: pytest.MonkeyPatch) -> Stubber:
     """The HyperPod cluster "llm-infra-hyperpod" orchestrated by ``eks_arn``: DescribeCluster answered once
     by botocore's Stubber on the real service model (moto's answer has no ``Orchestrator``), for the
@@ -194,24 +184,12 @@ def stub_hyperpod_cluster(eks_arn: str, monkeypatch: pytest.MonkeyPatch) -> Stub
     return stub
 
 
-@pytest.fixture
-def hyperpod_double(
-    tmp_path: Path, eks_arn: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[KubeApiDouble, list[str]]]:
-    """The API double (empty) behind the HyperPod cluster "llm-infra-hyperpod", and the command flags
-    (compute=hyperpod) that reach it. DescribeCluster is answered once by botocore's Stubber on the real
-    service model (moto's answer has no ``Orchestrator``); other services stay as they are."""
-    stub = stub_hyperpod_cluster(eks_arn, monkeypatch)
-    with KubeApiDouble() as api, stub:
-        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", name=eks_arn)
-        yield api, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]
-
-
 # ---- the real control plane (issue 22) ----------------------------------------------------------
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[Any]:
-    """etcd, kube-apiserver, kube-scheduler, kube-controller-manager and KWOK on 127.0.0.1, once per
-    session (``llm_infra.ops.control_plane``; no operators); skips when ``make k8s`` has not built them."""
+    """etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK and (when built) the Kubeflow
+    training operator on 127.0.0.1, once per session (``llm_infra.ops.control_plane``); skips when
+    ``make k8s`` has not built them. Tests that need the operator ask for ``training_operator``."""
     from llm_infra.ops import control_plane as cp
 
     components = ("kube-controller-manager", "kube-scheduler", "kwok")
@@ -222,8 +200,72 @@ def control_plane() -> Iterator[Any]:
             f"real control plane: {', '.join(absent)} not built in {bin_dir}; run `make k8s` "
             f"or set {cp.BIN_DIR_VARIABLE} to prebuilt binaries"
         )
-    with cp.ControlPlane(bin_dir, components=components) as plane:
+    operator = [] if cp.missing_binaries(bin_dir, ["training-operator"]) else ["training-operator"]
+    with cp.ControlPlane(bin_dir, components=(*components, *operator)) as plane:
         yield plane
+
+
+@pytest.fixture
+def training_operator(control_plane: Any) -> None:
+    """Skip unless the session's control plane runs the real Kubeflow training operator."""
+    from llm_infra.ops import control_plane as cp
+
+    if cp.missing_binaries(control_plane.bin_dir, ["training-operator"]):
+        pytest.skip(f"the training operator is not built in {control_plane.bin_dir}; run `make k8s`")
+
+
+@pytest.fixture(scope="session")
+def kwok(control_plane: Any) -> Iterator[Any]:
+    """The session's control plane with a log-serving KWOK for the command tests' nodes."""
+    from kwok_cluster import KwokCluster
+
+    cluster = KwokCluster(control_plane)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def real(kwok: Any) -> Iterator[Any]:
+    """The KWOK cluster, emptied of what an earlier test left."""
+    kwok.reset()
+    yield kwok
+
+
+@pytest.fixture
+def eks_cluster(real: Any, tmp_path: Path, eks_arn: str, aws_endpoint: str) -> tuple[Any, list[str]]:
+    """The real API server as the Kubernetes API of the EKS cluster "train" in moto, and the command flags
+    that reach it through a generated kubeconfig."""
+    from kwok_cluster import write_kubeconfig
+
+    kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
+    return real, ["--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
+
+
+@pytest.fixture
+def hyperpod_cluster(
+    real: Any, tmp_path: Path, eks_arn: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Any, list[str]]]:
+    """The real API server behind the HyperPod cluster "llm-infra-hyperpod" (``stub_hyperpod_cluster``),
+    and the command flags (compute=hyperpod) that reach it."""
+    from kwok_cluster import write_kubeconfig
+
+    stub = stub_hyperpod_cluster(eks_arn, monkeypatch)
+    kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
+    with stub:
+        yield real, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]
+
+
+@pytest.fixture
+def hyperpod_operator(real: Any) -> Iterator[Any]:
+    """The stand-in for AWS's closed HyperPod training operator (tests/hyperpod_operator.py), running."""
+    from hyperpod_operator import HyperPodOperatorStandIn
+    from kwok_cluster import NAMESPACE
+
+    with HyperPodOperatorStandIn(str(real.plane.kubeconfig), NAMESPACE) as operator:
+        yield operator
 
 
 @pytest.fixture

@@ -40,6 +40,8 @@ from llm_infra.ops.kube import Kube, KubeError
 MANAGED_ANNOTATION = "llm-infra.test/kwok"  # nodes the log-serving KWOK manages: "logs"
 EXIT_ANNOTATION = "llm-infra.test/exit-code"  # set on a Running pod: KWOK ends it with that code
 NAMESPACE = "training"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 
 STAGES = """
 apiVersion: kwok.x-k8s.io/v1alpha1
@@ -213,11 +215,10 @@ class KwokCluster:
     def start(self) -> None:
         from llm_infra.ops import crds
 
-        crd_files = [crds.crds_dir() / "kubeflow.org_pytorchjobs.yaml"]
-        for crd in [yaml.safe_load(f.read_text()) for f in crd_files] + [
-            stand_in_crd("kwok.x-k8s.io", "Logs", "logs"),
-            stand_in_crd("sagemaker.amazonaws.com", "HyperPodPyTorchJob", "hyperpodpytorchjobs"),
-        ]:
+        definitions = [stand_in_crd("kwok.x-k8s.io", "Logs", "logs"), crds.hyperpod_job_crd()]
+        if not self._established("pytorchjobs.kubeflow.org"):  # the training operator's, when it runs
+            definitions.append(yaml.safe_load((crds.crds_dir() / "kubeflow.org_pytorchjobs.yaml").read_text()))
+        for crd in definitions:
             self.kube.apply(crd)
         for crd_name in (
             "logs.kwok.x-k8s.io",
@@ -279,12 +280,19 @@ class KwokCluster:
 
     # ---- objects ------------------------------------------------------------------------------
     def add_node(
-        self, name: str, *, gpus: int = 8, role: str = "gpu", ready: bool = True, labels: dict[str, str] | None = None
+        self,
+        name: str,
+        *,
+        gpus: int = 8,
+        role: str = "gpu",
+        ready: bool = True,
+        labels: dict[str, str] | None = None,
+        provider_id: str | None = None,
     ) -> None:
         """A node as EKS or HyperPod registers it: a p5.48xlarge's capacity (GPUs and EFA from the device
         plugins), the role label the stacks set, the GPU taint; KWOK makes it Ready unless ``ready`` is
-        False. The ``node.kubernetes.io/not-ready`` taint that admission adds is lifted, as the node
-        lifecycle controller (not run here) would once the node is Ready."""
+        False. The ``node.kubernetes.io/not-ready`` taint that admission adds is lifted from a Ready node,
+        as the node lifecycle controller (not run here) would; :meth:`set_ready` turns it either way."""
         capacity = {
             "cpu": "192",
             "memory": "2048Gi",
@@ -311,10 +319,40 @@ class KwokCluster:
                 "status": {"capacity": capacity, "allocatable": dict(capacity)},
             }
         )
-        taints = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}] if gpus else None
-        self.kube.patch("v1", "Node", name, {"spec": {"taints": taints}})
+        taints = [GPU_TAINT] if gpus else []
+        if not ready:
+            taints.append(NOT_READY_TAINT)
+        self.kube.patch("v1", "Node", name, {"spec": {"taints": taints or None, "providerID": provider_id}})
         if ready:
             _wait(f"node {name} Ready", lambda: _ready(self.kube.get("v1", "Node", name) or {}), timeout=30)
+
+    def set_ready(self, name: str, ready: bool) -> None:
+        """Take a node down (Ready Unknown, as the node lifecycle controller marks an unreachable node, and
+        the not-ready taint) or bring it back (KWOK makes it Ready again; the taint lifted)."""
+        from kubernetes import client
+
+        node = self.kube.get("v1", "Node", name)
+        assert node is not None, name
+        taints = [t for t in node["spec"].get("taints") or [] if t["key"] != NOT_READY_TAINT["key"]]
+        if not ready:
+            taints.append(NOT_READY_TAINT)
+        self.kube.patch(
+            "v1",
+            "Node",
+            name,
+            {"metadata": {"annotations": {"llm-infra.test/ready": str(ready).lower()}}, "spec": {"taints": taints}},
+        )
+        if ready:
+            _wait(f"node {name} Ready", lambda: _ready(self.kube.get("v1", "Node", name) or {}), timeout=30)
+            return
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = [
+            {**c, "status": "Unknown", "reason": "NodeStatusUnknown", "lastTransitionTime": now}
+            if c["type"] == "Ready"
+            else c
+            for c in node["status"]["conditions"]
+        ]
+        client.CoreV1Api(self.kube.api_client).patch_node_status(name, {"status": {"conditions": conditions}})
 
     def add_fsx_claim(self, claim: str, namespace: str) -> None:
         """The FSx claim, bound to a statically provisioned volume as the PV controller leaves them (its
@@ -367,17 +405,39 @@ class KwokCluster:
     def job_pods(self) -> list[dict[str, Any]]:
         return self.kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=JOB_LABEL)
 
+    def delete_pod_now(self, name: str) -> None:
+        """Delete a pod of the namespace at once (grace period 0; KWOK then removes it)."""
+        from kubernetes import client
+
+        with contextlib.suppress(client.ApiException):
+            client.CoreV1Api(self.kube.api_client).delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+
+    def deploy(
+        self, config: Any, gpu_nodes: list[str], *, gpus: int = 8, provider_ids: dict[str, str] | None = None
+    ) -> None:
+        """What `cdk deploy` leaves: the GPU nodes (HyperPod labels its nodes Schedulable; ``provider_ids``:
+        their EC2 instances), a system node, the base chart's objects, the FSx claim bound."""
+        from llm_infra.k8s_manifests.values import WorkloadValues
+        from llm_infra.node_labels import HEALTH_STATUS_KEY
+        from llm_infra.ops.validation_run import chart_objects
+
+        hyperpod = {HEALTH_STATUS_KEY: "Schedulable"} if config.compute == "hyperpod" else {}
+        for name in gpu_nodes:
+            self.add_node(name, gpus=gpus, labels=hyperpod, provider_id=(provider_ids or {}).get(name))
+        self.add_node("system-1", gpus=0, role="system")
+        values = WorkloadValues.from_config(config)
+        for obj in chart_objects(values).base:
+            self.kube.apply(obj)
+        self.add_fsx_claim(values.pvc_name, NAMESPACE)
+
     def reset(self, *, drop_namespace: bool = False) -> None:
         """Nothing of an earlier test left: its jobs, pods, nodes, volumes, the base chart's objects in the
         namespace and, with ``drop_namespace``, the namespace."""
         for job in self.jobs():
             self.kube.delete(job["apiVersion"], job["kind"], job["metadata"]["name"], NAMESPACE)
-        from kubernetes import client
 
-        core = client.CoreV1Api(self.kube.api_client)
         for pod in self.kube.list("v1", "Pod", namespace=NAMESPACE):
-            with contextlib.suppress(client.ApiException):
-                core.delete_namespaced_pod(pod["metadata"]["name"], NAMESPACE, grace_period_seconds=0)
+            self.delete_pod_now(pod["metadata"]["name"])
         # The volume protection finalizers wait on the PV controller's periodic sync: lifted here.
         for claim in self.kube.list("v1", "PersistentVolumeClaim", namespace=NAMESPACE):
             self.kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], NAMESPACE)
@@ -429,18 +489,60 @@ def cri_log(text: str, when: datetime | None = None) -> str:
     return "".join(f"{stamp} stdout F {line}\n" for line in text.splitlines())
 
 
-Payload = Callable[[dict[str, Any], int, str], tuple[str, int]]  # (job, pod index, node) -> (log, exit code)
+# (job, pod index, node) -> (log, exit code); an exit code of None: the container keeps running.
+Payload = Callable[[dict[str, Any], int, str], tuple[str, int | None]]
+# Where each job kind's controller writes a pod's index (rank 0 lives in index 0): the Job controller's
+# annotation (Indexed mode), the training operator's label, the HyperPod stand-in's label.
+INDEX_KEYS = (
+    ("annotations", "batch.kubernetes.io/job-completion-index"),
+    ("labels", "training.kubeflow.org/replica-index"),
+    ("labels", "llm-infra.test/replica-index"),
+)
+
+
+def pod_index(pod: dict[str, Any]) -> int:
+    metadata = pod["metadata"]
+    for where, key in INDEX_KEYS:
+        if key in (metadata.get(where) or {}):
+            return int(metadata[where][key])
+    raise AssertionError(f"pod {metadata['name']}: no index in {INDEX_KEYS}")
+
+
+def serve_log(kube: Kube, workdir: Path, pod: dict[str, Any], text: str) -> None:
+    """Add ``text`` to the pod's log and wait until the API server serves it (KWOK reads the file that a
+    ``Logs`` object names)."""
+    metadata = pod["metadata"]
+    path = workdir / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid']}.log"
+    fresh = not path.exists()
+    with path.open("a") as log:
+        log.write(cri_log(text))
+    if fresh:  # apply: a pod created again under the same name (an operator's restart) gets its own file
+        kube.apply(
+            {
+                "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                "kind": "Logs",
+                "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
+                "spec": {"logs": [{"logsFile": str(path)}]},
+            }
+        )
+    last = text.strip().splitlines()[-1] if text.strip() else ""
+    _wait(
+        f"log of {metadata['name']} served",
+        lambda: last in kube.pod_log(metadata["namespace"], metadata["name"]),
+        timeout=20,
+    )
 
 
 class PodRuntime:
-    """The containers of the batch Jobs' pods on KWOK's nodes: once a pod runs, its log (``payload``) is
-    served through the API server, then the pod ends with the payload's exit code. Use as a context
-    manager; an error in its thread is raised on exit."""
+    """The containers of the jobs' pods on KWOK's nodes: once a pod runs, its log (``payload``) is served
+    through the API server, then the pod ends with the payload's exit code (or keeps running). ``jobs``:
+    the jobs whose pods it ran, in order. Use as a context manager; an error in its thread is raised on exit."""
 
     def __init__(self, cluster: KwokCluster, payload: Payload) -> None:
         self.cluster = cluster
         self.payload = payload
-        self.done: set[str] = set()
+        self.done: set[str] = set()  # the pods' uids
+        self.jobs: list[str] = []
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -460,11 +562,11 @@ class PodRuntime:
         try:
             while not self._stop.is_set():
                 for pod in kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=JOB_LABEL):
-                    name = pod["metadata"]["name"]
+                    uid = pod["metadata"]["uid"]
                     running = (pod.get("status") or {}).get("phase") == "Running"
-                    if running and name not in self.done and not pod["metadata"].get("deletionTimestamp"):
+                    if running and uid not in self.done and not pod["metadata"].get("deletionTimestamp"):
                         self._finish(kube, pod)
-                        self.done.add(name)
+                        self.done.add(uid)
                 self._stop.wait(0.05)
         except BaseException as err:  # raised again in the test's thread
             self._error = err
@@ -479,28 +581,19 @@ class PodRuntime:
         job = kube.get(owner["apiVersion"], owner["kind"], owner["name"], NAMESPACE)
         if job is None:
             return
-        index = int((metadata.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index", "0"))
-        log, code = self.payload(job, index, pod["spec"]["nodeName"])
-        path = self.cluster.workdir / f"{NAMESPACE}_{metadata['name']}.log"
-        path.write_text(cri_log(log))
-        kube.create(
-            {
-                "apiVersion": "kwok.x-k8s.io/v1alpha1",
-                "kind": "Logs",
-                "metadata": {"name": metadata["name"], "namespace": NAMESPACE},
-                "spec": {"logs": [{"logsFile": str(path)}]},
-            }
-        )
-        if log.strip():  # KWOK has seen the Logs object once the API server serves the log
-            _wait(
-                f"log of {metadata['name']} served",
-                lambda: bool(kube.pod_log(NAMESPACE, metadata["name"]).strip()),
-                timeout=20,
-            )
-        with contextlib.suppress(NotFoundError):
-            kube.patch(
-                "v1", "Pod", metadata["name"], {"metadata": {"annotations": {EXIT_ANNOTATION: str(code)}}}, NAMESPACE
-            )
+        if owner["name"] not in self.jobs:
+            self.jobs.append(owner["name"])
+        log, code = self.payload(job, pod_index(pod), pod["spec"]["nodeName"])
+        serve_log(kube, self.cluster.workdir, pod, log)
+        if code is not None:
+            with contextlib.suppress(NotFoundError):
+                kube.patch(
+                    "v1",
+                    "Pod",
+                    metadata["name"],
+                    {"metadata": {"annotations": {EXIT_ANNOTATION: str(code)}}},
+                    NAMESPACE,
+                )
 
 
 @contextlib.contextmanager

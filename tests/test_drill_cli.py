@@ -1,23 +1,34 @@
-"""`llm-infra drill` against the Kubernetes API test double (tests/kube_api_double.py), through the real
-`kubernetes` client and a generated kubeconfig.
+"""`llm-infra drill` end to end against the real control plane (issue 22), through the real `kubernetes`
+client and a generated kubeconfig.
 
-A training job runs on two GPU nodes; the double's NodeFaultScenario plays the platform's answer to the
-fault the command injects (NotReady, pod gone, replacement node, Ready again) on a timeline, and the
+A training job runs on two GPU nodes: on EKS a PyTorchJob that the real training operator runs, on
+HyperPod a HyperPodPyTorchJob that the stand-in for AWS's closed operator runs (tests/hyperpod_operator.py);
+the real scheduler places the pods, KWOK runs them (tests/kwok_cluster.py). After the fault the command
+injects, ``NodeRecovery`` (tests/node_recovery.py) plays the machine failing and the platform's answer on
+a timeline; the operators create the lost pod again and the scheduler places it on the replacement. The
 payload lines of the resumed attempt are the real payload's (`train.py` under torchrun on CPU with an
 injected fault, its `time` fields moved after the drill's fault). AWS: HyperPod's DescribeCluster through
 botocore's Stubber on the real service model (moto's answer has no `Orchestrator`); EKS and EC2 (the
 terminated instance) in moto, server mode on loopback.
+
+The API server stamps nodes and conditions in whole seconds, so a phase read from them may be up to a
+second early: the timeline's steps are 1.5 s apart and each phase is checked to that second.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import cdk8s
 import pytest
-from kube_api_double import ChartPayload, KubeApiDouble, NodeFaultScenario, RunningJob
+from chart_payload import ChartPayload
+from kwok_cluster import KwokCluster, PodRuntime
+from node_recovery import NodeRecovery
 
 from conftest import REGION, REPO_ROOT, app_config, run_cli
 from llm_infra.config import TrainingConfig
@@ -28,7 +39,7 @@ from llm_infra.ops.validation_run import chart_objects
 from llm_infra.planner.measured_run import read_runs
 
 GPU_NODES = ["gpu-a", "gpu-b"]
-FAST = ["--poll-seconds", "0.02", "--app-dir", str(REPO_ROOT)]
+FAST = ["--poll-seconds", "0.1", "--app-dir", str(REPO_ROOT)]
 REPORT_KEYS = {
     "kind",
     "version",
@@ -74,40 +85,60 @@ def drill(
     return run_cli(capsys, "drill", *cluster_flags, *flags, "--out", str(out), *unattended, *FAST)
 
 
-def fault_under_training(
-    api: KubeApiDouble, config: TrainingConfig, payload_lines: tuple[str, list[dict]], **timeline: float
-) -> None:
-    """The training job running on GPU_NODES (rank 0's log so far from ``payload_lines``); once the
-    command injects its fault, gpu-a fails and recovers on ``timeline`` and the job resumes."""
-    before, after = payload_lines
-    running = RunningJob(training_job(config), GPU_NODES, before)
-    running.start(api)
-    api.controllers.append(NodeFaultScenario("gpu-a", running, after, **timeline))
+@contextlib.contextmanager
+def training(
+    cluster: KwokCluster,
+    config: TrainingConfig,
+    log_before: str = "",
+    recovery: NodeRecovery | None = None,
+    provider_ids: dict[str, str] | None = None,
+) -> Iterator[None]:
+    """The training job of ``config`` running on GPU_NODES, placed by the real scheduler (its pods' rank 0's
+    log so far: ``log_before``; the containers never end), and ``recovery`` watching for the fault."""
+    cluster.deploy(config, GPU_NODES, provider_ids=provider_ids)
+    runtime = PodRuntime(cluster, lambda job, index, node: (log_before if index == 0 else "", None))
+    with runtime, recovery or contextlib.nullcontext():
+        cluster.kube.create(training_job(config))
+        deadline = time.monotonic() + 60
+        while len(runtime.done) < len(GPU_NODES):
+            assert time.monotonic() < deadline, "the training job's pods did not run within 60 s"
+            time.sleep(0.1)
+        yield
 
 
-def hyperpod_nodes(api: KubeApiDouble) -> None:
-    """GPU_NODES as HyperPod registers them: health checks passed."""
-    for name in GPU_NODES:
-        api.add_node(name, labels={HEALTH_STATUS_KEY: "Schedulable"})
+def within(value: float | None, at: float, slack: float = 1.5) -> bool:
+    """``value`` is the step taken ``at`` seconds after the fault: read from whole-second stamps (up to a
+    second early), polled (late by a look), or both."""
+    return value is not None and at - 1.0 <= value <= at + slack
 
 
-def within(value: float | None, low: float, slack: float = 1.0) -> bool:
-    return value is not None and low <= value <= low + slack
+def assert_on_timeline(phases: dict, recovery: NodeRecovery, *, replaced: bool) -> None:
+    """Each phase the drill measured is the step NodeRecovery took then, in order."""
+    assert within(phases["detected"], recovery.not_ready_at)
+    if replaced:
+        assert within(phases["node_replaced"], recovery.replaced_at)
+        assert phases["detected"] < phases["node_replaced"] < phases["rejoined"]
+    else:
+        assert phases["node_replaced"] is None
+    assert within(phases["rejoined"], recovery.ready_at)
+    assert within(phases["job_resumed"], recovery.resume_at, slack=0.5)  # the payload's own clock
+    assert phases["detected"] < phases["rejoined"] < phases["job_resumed"]
 
 
 @pytest.mark.torch
-def test_hyperpod_replace_times_every_phase(tmp_path, hyperpod_double, capsys, payload_lines) -> None:
-    """Stubber (DescribeCluster): label gpu-a for replacement; each phase is read from the objects'
-    own timestamps and the payload's lines; the report is what `plan --from-run` reads."""
-    api, flags = hyperpod_double
-    hyperpod_nodes(api)
-    fault_under_training(api, app_config(compute="hyperpod"), payload_lines, replace=True)
+def test_hyperpod_replace_times_every_phase(
+    tmp_path, hyperpod_cluster, hyperpod_operator, capsys, payload_lines
+) -> None:
+    """Stubber (DescribeCluster): label gpu-a for replacement; each phase is read from the objects' own
+    timestamps and the payload's lines; the report is what `plan --from-run` reads."""
+    cluster, flags = hyperpod_cluster
+    before, after = payload_lines
+    recovery = NodeRecovery(cluster, "gpu-a", "train", after, replace=True)
     out = tmp_path / "drill.json"
-    code, stdout, err = drill(capsys, flags, out)
+    with training(cluster, app_config(compute="hyperpod"), before, recovery):
+        code, stdout, err = drill(capsys, flags, out)
     assert code == 0, err
-    assert ("Node", "gpu-a", {"metadata": {"labels": {HEALTH_STATUS_KEY: "UnschedulablePendingReplacement"}}}) in (
-        api.patches
-    )
+    assert recovery.fault == "UnschedulablePendingReplacement"
     report = json.loads(out.read_text())
     assert set(report) == REPORT_KEYS
     assert report["kind"] == "llm-infra/drill" and report["version"] == 1
@@ -119,54 +150,59 @@ def test_hyperpod_replace_times_every_phase(tmp_path, hyperpod_double, capsys, p
         "train",
     )
     phases = report["phases_seconds"]
-    assert within(phases["detected"], 0.1) and within(phases["node_replaced"], 0.2)
-    assert within(phases["rejoined"], 0.35) and within(phases["job_resumed"], 0.4)
-    assert phases["detected"] < phases["node_replaced"] < phases["rejoined"] < phases["job_resumed"]
-    _, after = payload_lines
+    assert_on_timeline(phases, recovery, replaced=True)
     resume = next(r for r in after if r["event"] == "resume")
     first_step = next(r for r in after if r["event"] == "step" and r["time"] > resume["time"])
     assert report["resumed_at_step"] == resume["step"]
     assert phases["first_step_after_resume"] == pytest.approx(
-        phases["job_resumed"] + (first_step["time"] - resume["time"]) * 0.1, abs=0.002
+        phases["job_resumed"] + (first_step["time"] - resume["time"]) * recovery.time_scale, abs=0.002
     )
     assert report["recovery_seconds"] == phases["first_step_after_resume"]
     assert read_runs([str(out)]).recovery_seconds.value == report["recovery_seconds"]
     assert f"resumed at step {resume['step']}" in stdout
+    # The stand-in operator created the lost pod again and the real scheduler put it on the replacement.
+    assert sorted(p["spec"]["nodeName"] for p in cluster.job_pods()) == ["gpu-a-replacement", "gpu-b"]
 
 
 @pytest.mark.torch
-def test_hyperpod_reboot_has_no_replacement_node(tmp_path, hyperpod_double, capsys, payload_lines) -> None:
+def test_hyperpod_reboot_has_no_replacement_node(
+    tmp_path, hyperpod_cluster, hyperpod_operator, capsys, payload_lines
+) -> None:
     """Stubber (DescribeCluster): the reboot label; the same node comes back, so node_replaced stays null."""
-    api, flags = hyperpod_double
-    hyperpod_nodes(api)
-    fault_under_training(api, app_config(compute="hyperpod"), payload_lines, replace=False)
+    cluster, flags = hyperpod_cluster
+    before, after = payload_lines
+    recovery = NodeRecovery(cluster, "gpu-a", "train", after, replace=False)
     out = tmp_path / "drill.json"
-    code, _, err = drill(capsys, flags, out, "--fault", "reboot")
+    with training(cluster, app_config(compute="hyperpod"), before, recovery):
+        code, _, err = drill(capsys, flags, out, "--fault", "reboot")
     assert code == 0, err
-    labels = api.get("Node", "gpu-a")["metadata"]["labels"]
-    assert labels[HEALTH_STATUS_KEY] == "Schedulable"  # HyperPod lifted the reboot label
+    assert recovery.fault == "UnschedulablePendingReboot"
+    node = cluster.kube.get("v1", "Node", "gpu-a")
+    assert node["metadata"]["labels"][HEALTH_STATUS_KEY] == "Schedulable"  # HyperPod lifted the reboot label
     report = json.loads(out.read_text())
-    assert report["fault"] == "reboot" and report["phases_seconds"]["node_replaced"] is None
-    assert within(report["phases_seconds"]["rejoined"], 0.35)
+    assert report["fault"] == "reboot"
+    assert_on_timeline(report["phases_seconds"], recovery, replaced=False)
+    assert sorted(p["spec"]["nodeName"] for p in cluster.job_pods()) == GPU_NODES
 
 
 @pytest.mark.torch
-def test_eks_terminate_cordons_and_ends_the_instance(tmp_path, eks_double, aws_endpoint, capsys, payload_lines) -> None:
+def test_eks_terminate_cordons_and_ends_the_instance(
+    tmp_path, eks_cluster, training_operator, aws_endpoint, capsys, payload_lines
+) -> None:
     """moto (EKS, EC2): the node is cordoned and its instance terminated; the drill's own cordon does not
-    count as detection."""
-    api, flags = eks_double
+    count as detection; the real training operator creates the lost pod again on the replacement."""
+    cluster, flags = eks_cluster
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=aws_endpoint)
     (instance,) = ec2.run_instances(ImageId="ami-12345678", MinCount=1, MaxCount=1, InstanceType="p5.48xlarge")[
         "Instances"
     ]
-    api.add_node("gpu-a", provider_id=f"aws:///us-east-1a/{instance['InstanceId']}")
-    api.add_node("gpu-b")
-    timeline = {"not_ready_at": 0.3, "replaced_at": 0.4, "ready_at": 0.5, "resume_at": 0.6}
-    fault_under_training(api, app_config(), payload_lines, **timeline)
+    before, after = payload_lines
+    recovery = NodeRecovery(cluster, "gpu-a", "train", after, replace=True)
     out = tmp_path / "drill.json"
-    code, _, err = drill(capsys, flags, out)
+    with training(cluster, app_config(), before, recovery, {"gpu-a": f"aws:///us-east-1a/{instance['InstanceId']}"}):
+        code, _, err = drill(capsys, flags, out)
     assert code == 0, err
-    assert ("Node", "gpu-a", {"spec": {"unschedulable": True}}) in api.patches
+    assert recovery.fault == "cordon"
     (state,) = [
         i["State"]["Name"]
         for r in ec2.describe_instances(InstanceIds=[instance["InstanceId"]])["Reservations"]
@@ -175,18 +211,22 @@ def test_eks_terminate_cordons_and_ends_the_instance(tmp_path, eks_double, aws_e
     assert state in ("shutting-down", "terminated")
     report = json.loads(out.read_text())
     assert report["compute"] == "eks" and report["fault"] == "terminate"
-    assert within(report["phases_seconds"]["detected"], 0.3)  # NotReady, not the cordon at 0
+    assert_on_timeline(report["phases_seconds"], recovery, replaced=True)  # NotReady, not the cordon at 0
     assert report["recovery_seconds"] is not None
+    assert sorted(p["spec"]["nodeName"] for p in cluster.job_pods()) == ["gpu-a-replacement", "gpu-b"]
 
 
 @pytest.mark.torch
-def test_a_resume_never_seen_is_null_and_fails(tmp_path, hyperpod_double, capsys, payload_lines) -> None:
+def test_a_resume_never_seen_is_null_and_fails(
+    tmp_path, hyperpod_cluster, hyperpod_operator, capsys, payload_lines
+) -> None:
     """Stubber (DescribeCluster): the job does not resume before --timeout-minutes: nulls, exit 1."""
-    api, flags = hyperpod_double
-    hyperpod_nodes(api)
-    fault_under_training(api, app_config(compute="hyperpod"), payload_lines, replace=True, resume_at=3600.0)
+    cluster, flags = hyperpod_cluster
+    before, after = payload_lines
+    recovery = NodeRecovery(cluster, "gpu-a", "train", after, replace=True, resume_at=3600.0)
     out = tmp_path / "drill.json"
-    code, _, _ = drill(capsys, flags, out, timeout_minutes=0.02)
+    with training(cluster, app_config(compute="hyperpod"), before, recovery):
+        code, _, _ = drill(capsys, flags, out, timeout_minutes=0.1)
     assert code == 1
     report = json.loads(out.read_text())
     assert report["phases_seconds"]["detected"] is not None
@@ -206,26 +246,26 @@ def test_an_unknown_cluster_is_bad_input(tmp_path, aws_endpoint, capsys) -> None
     assert code == 2 and "--cluster: no EKS cluster 'nope'" in err
 
 
-def test_no_training_job_and_a_node_without_its_pod_are_clear_errors(tmp_path, eks_double, capsys) -> None:
+def test_no_training_job_and_a_node_without_its_pod_are_clear_errors(
+    tmp_path, eks_cluster, training_operator, capsys
+) -> None:
     """moto (EKS): nothing is injected when the job is missing or the named node runs none of its pods."""
-    api, flags = eks_double
-    for name in (*GPU_NODES, "gpu-c"):
-        api.add_node(name)
+    cluster, flags = eks_cluster
+    cluster.add_node("gpu-c", gpus=0)  # no GPU free there: the scheduler puts no pod of the job on it
     code, _, err = drill(capsys, flags, tmp_path / "r")
     assert code == 1 and "no PyTorchJob training/train on the cluster" in err
-    RunningJob(training_job(app_config()), GPU_NODES, "").start(api)
-    code, _, err = drill(capsys, flags, tmp_path / "r", "--node", "gpu-c")
-    assert code == 2 and "--node: gpu-c runs no pod of PyTorchJob training/train; its nodes: gpu-a, gpu-b" in err
-    assert api.patches == [] and not (tmp_path / "r").exists()
+    with training(cluster, app_config()):
+        code, _, err = drill(capsys, flags, tmp_path / "r", "--node", "gpu-c")
+        assert code == 2 and "--node: gpu-c runs no pod of PyTorchJob training/train; its nodes: gpu-a, gpu-b" in err
+        assert not any(n["spec"].get("unschedulable") for n in cluster.kube.list("v1", "Node"))
+    assert not (tmp_path / "r").exists()
 
 
-def test_the_drill_asks_first(tmp_path, eks_double, capsys, monkeypatch) -> None:
+def test_the_drill_asks_first(tmp_path, eks_cluster, training_operator, capsys, monkeypatch) -> None:
     """moto (EKS): a no at the prompt injects nothing."""
-    api, flags = eks_double
+    cluster, flags = eks_cluster
     monkeypatch.setattr("builtins.input", lambda: "n")
-    for name in GPU_NODES:
-        api.add_node(name)
-    RunningJob(training_job(app_config()), GPU_NODES, "").start(api)
-    code, _, err = run_cli(capsys, "drill", *flags, "--out", str(tmp_path / "r"), *FAST)
-    assert code == 1 and "terminate node gpu-a under PyTorchJob training/train on train? [y/N]" in err
-    assert api.patches == []
+    with training(cluster, app_config()):
+        code, _, err = run_cli(capsys, "drill", *flags, "--out", str(tmp_path / "r"), *FAST)
+        assert code == 1 and "terminate node gpu-a under PyTorchJob training/train on train? [y/N]" in err
+        assert not any(n["spec"].get("unschedulable") for n in cluster.kube.list("v1", "Node"))

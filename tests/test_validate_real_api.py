@@ -1,11 +1,12 @@
 """`llm-infra validate` end to end against the real API server (issue 22): the session's control plane
-(etcd, kube-apiserver, kube-scheduler, kube-controller-manager) and a log-serving KWOK playing the
-kubelet (tests/kwok_cluster.py). The Jobs the command creates are scheduled by the real scheduler and
-run by the real Job controller; pod logs come through the API server from KWOK.
+(etcd, kube-apiserver, kube-scheduler, kube-controller-manager, the Kubeflow training operator) and a
+log-serving KWOK playing the kubelet (tests/kwok_cluster.py). The Jobs and PyTorchJobs the command creates
+are scheduled by the real scheduler and run by the real Job controller and training operator; pod logs
+(the real payload's, tests/chart_payload.py) come through the API server from KWOK. HyperPodPyTorchJobs
+are checked by the API server against our schema and run by a stand-in for AWS's closed operator
+(tests/hyperpod_operator.py).
 
-These are the runs whose jobs are batch/v1 Jobs (the health stage); the ones that run the PyTorchJob /
-HyperPodPyTorchJob stages need a training operator, and stay in test_validate_cli.py on the double.
-AWS as there: EKS in moto; HyperPod's DescribeCluster through botocore's Stubber. Without the binaries
+AWS: EKS in moto; HyperPod's DescribeCluster through botocore's Stubber. Without the binaries
 (``make k8s``) every test here skips.
 """
 
@@ -13,15 +14,13 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_api_double import ChartPayload
-from kwok_cluster import NAMESPACE, KwokCluster, PodRuntime, signal_when, write_kubeconfig
+from chart_payload import ChartPayload
+from kwok_cluster import KwokCluster, PodRuntime, signal_when
 
-from conftest import REPO_ROOT, app_config, run_cli, stub_hyperpod_cluster
+from conftest import REPO_ROOT, app_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY
@@ -31,42 +30,6 @@ GPU_NODES = ["gpu-a", "gpu-b"]
 FAST = ["--poll-seconds", "0.05", "--app-dir", str(REPO_ROOT)]
 
 
-@pytest.fixture(scope="module")
-def kwok(control_plane) -> Iterator[KwokCluster]:
-    cluster = KwokCluster(control_plane)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture
-def real(kwok: KwokCluster) -> Iterator[KwokCluster]:
-    """The cluster, emptied of what an earlier test left."""
-    kwok.reset()
-    yield kwok
-
-
-@pytest.fixture
-def eks(real: KwokCluster, tmp_path: Path, eks_arn: str, aws_endpoint: str) -> tuple[KwokCluster, list[str]]:
-    """The real API server as the Kubernetes API of the EKS cluster "train" in moto, and the flags that reach it."""
-    kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
-    return real, ["--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
-
-
-@pytest.fixture
-def hyperpod(
-    real: KwokCluster, tmp_path: Path, eks_arn: str, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[KwokCluster, list[str]]]:
-    """The real API server behind the HyperPod cluster "llm-infra-hyperpod" (DescribeCluster answered
-    once by botocore's Stubber on the real service model), and the flags (compute=hyperpod) that reach it."""
-    stub = stub_hyperpod_cluster(eks_arn, monkeypatch)
-    kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
-    with stub:
-        yield real, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]
-
-
 def objects_for(config: TrainingConfig, nodes: int = len(GPU_NODES)) -> Any:
     return chart_objects(
         WorkloadValues.from_config(config.with_(gpu_nodes=nodes, gpu_nodes_min=None, gpu_nodes_max=None))
@@ -74,14 +37,7 @@ def objects_for(config: TrainingConfig, nodes: int = len(GPU_NODES)) -> Any:
 
 
 def deployed(cluster: KwokCluster, config: TrainingConfig, *, gpus: int = 8) -> None:
-    """What `cdk deploy` leaves: GPU and system nodes, the base chart's objects, the FSx claim bound."""
-    hyperpod = {HEALTH_STATUS_KEY: "Schedulable"} if config.compute == "hyperpod" else {}  # HyperPod labels its nodes
-    for name in GPU_NODES:
-        cluster.add_node(name, gpus=gpus, labels=hyperpod)
-    cluster.add_node("system-1", gpus=0, role="system")
-    for obj in objects_for(config).base:
-        cluster.kube.apply(obj)
-    cluster.add_fsx_claim(WorkloadValues.from_config(config).pvc_name, NAMESPACE)
+    cluster.deploy(config, GPU_NODES, gpus=gpus)
 
 
 def health_payload(config: TrainingConfig, faulty: frozenset[str] = frozenset()) -> ChartPayload:
@@ -99,10 +55,81 @@ def names(objects: list[dict[str, Any]]) -> list[str]:
     return sorted(o["metadata"]["name"] for o in objects)
 
 
-def test_a_faulty_node_fails_the_health_check_and_stops_the_run(eks, capsys) -> None:
+def warmed(config: TrainingConfig) -> ChartPayload:
+    """Every chart job's real output per pod, computed now (torchrun on CPU), before the command's deadlines start."""
+    payload = ChartPayload()
+    payload.warm(objects_for(config).jobs, GPU_NODES)
+    return payload
+
+
+@pytest.mark.torch
+def test_a_healthy_cluster_passes_every_stage_and_nothing_is_left(eks_cluster, training_operator, capsys) -> None:
+    """The chart's three jobs run in order (a Job, then two PyTorchJobs that the real training operator
+    turns into pods), each judged by its payload's verdict; exit 0; all deleted."""
+    cluster, flags = eks_cluster
+    config = app_config()
+    payload = warmed(config)
+    deployed(cluster, config)
+    with PodRuntime(cluster, payload) as runtime:
+        code, out, err = validate(capsys, flags, "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["verdict"] == "pass" and report["nodes"] == GPU_NODES
+    assert [(s["stage"], s["kind"], s["outcome"]) for s in report["stages"]] == [
+        ("health", "Job", "pass"),
+        ("allreduce", "PyTorchJob", "pass"),
+        ("training", "PyTorchJob", "pass"),
+    ]
+    health, allreduce, training = report["stages"]
+    assert {p["node"] for p in health["pods"]} == set(GPU_NODES)
+    assert all(p["verdict"]["verdict"] == "pass" for p in health["pods"])
+    assert "2 ranks" in allreduce["detail"]
+    assert "resumed from step 2" in training["detail"]  # the injected fault at step 3, the checkpoint at 2
+    # The command created exactly the chart's jobs, one after the other; every pod was placed on its own
+    # GPU node by the real scheduler; nothing is left.
+    assert runtime.jobs == [job["metadata"]["name"] for job in objects_for(config).jobs]
+    assert len(runtime.done) == 6
+    assert cluster.jobs() == [] and cluster.job_pods() == []
+    assert "[1/3] Job validation-1-health" in err and "2/2 running" in err
+    assert "[2/3] PyTorchJob validation-2-allreduce" in err
+
+
+@pytest.mark.torch
+def test_the_table_shows_each_node_and_stage(eks_cluster, training_operator, capsys) -> None:
+    """The table has a row per node and a column per stage."""
+    cluster, flags = eks_cluster
+    config = app_config()
+    payload = warmed(config)
+    deployed(cluster, config)
+    with PodRuntime(cluster, payload):
+        code, out, _ = validate(capsys, flags)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["node", "health", "allreduce", "training", "problems"]
+    assert lines[1].split() == ["gpu-a", "pass", "pass", "pass"]
+    assert lines[-1] == "validation of train: PASS"
+
+
+@pytest.mark.torch
+def test_hyperpod_mode_runs_the_hyperpod_pytorch_jobs(hyperpod_cluster, hyperpod_operator, capsys) -> None:
+    """Stubber (DescribeCluster): with compute=hyperpod the chart's jobs are HyperPodPyTorchJobs; the API
+    server accepts them against our schema (strict field validation), they run and pass, and are deleted."""
+    cluster, flags = hyperpod_cluster
+    config = app_config(compute="hyperpod")
+    payload = warmed(config)
+    deployed(cluster, config)
+    with PodRuntime(cluster, payload) as runtime:
+        code, out, err = validate(capsys, flags, "--json")
+    assert code == 0, err
+    assert [s["kind"] for s in json.loads(out)["stages"]] == ["Job", "HyperPodPyTorchJob", "HyperPodPyTorchJob"]
+    assert runtime.jobs == [job["metadata"]["name"] for job in objects_for(config).jobs]
+    assert cluster.jobs() == [] and cluster.job_pods() == []
+
+
+def test_a_faulty_node_fails_the_health_check_and_stops_the_run(eks_cluster, capsys) -> None:
     """One node answers nvidia-smi with 7 GPUs and ECC errors: its pod exits 1 with a failing verdict;
     health fails on it, the rest is skipped; the Job and its pods are gone afterwards."""
-    cluster, flags = eks
+    cluster, flags = eks_cluster
     config = app_config()
     deployed(cluster, config)
     with PodRuntime(cluster, health_payload(config, frozenset({"gpu-b"}))) as runtime:
@@ -120,9 +147,9 @@ def test_a_faulty_node_fails_the_health_check_and_stops_the_run(eks, capsys) -> 
     assert cluster.jobs() == [] and cluster.job_pods() == []
 
 
-def test_the_table_names_the_failing_node(eks, capsys) -> None:
+def test_the_table_names_the_failing_node(eks_cluster, capsys) -> None:
     """The table: a row per node, the failing checks of the faulty one."""
-    cluster, flags = eks
+    cluster, flags = eks_cluster
     config = app_config()
     deployed(cluster, config)
     with PodRuntime(cluster, health_payload(config, frozenset({"gpu-b"}))):
@@ -135,9 +162,9 @@ def test_the_table_names_the_failing_node(eks, capsys) -> None:
     assert out.splitlines()[-1] == "validation of train: FAIL"
 
 
-def test_no_gpu_node_is_a_clear_error_and_starts_nothing(eks, capsys) -> None:
+def test_no_gpu_node_is_a_clear_error_and_starts_nothing(eks_cluster, capsys) -> None:
     """A system node and a GPU node that is not Ready: exit 1 before anything is created."""
-    cluster, flags = eks
+    cluster, flags = eks_cluster
     cluster.add_node("system-1", gpus=0, role="system")
     cluster.add_node("gpu-a", ready=False)
     code, out, err = validate(capsys, flags)
@@ -146,10 +173,10 @@ def test_no_gpu_node_is_a_clear_error_and_starts_nothing(eks, capsys) -> None:
     assert cluster.jobs() == []
 
 
-def test_a_job_that_never_starts_names_the_likely_cause(eks, capsys) -> None:
+def test_a_job_that_never_starts_names_the_likely_cause(eks_cluster, capsys) -> None:
     """GPU nodes without allocatable GPUs (no device plugin): the real scheduler leaves the pods Pending,
     and its FailedScheduling event names the cause."""
-    cluster, flags = eks
+    cluster, flags = eks_cluster
     deployed(cluster, app_config(), gpus=0)
     code, out, _ = validate(capsys, flags, "--start-timeout", "3", "--json")
     assert code == 1
@@ -160,9 +187,9 @@ def test_a_job_that_never_starts_names_the_likely_cause(eks, capsys) -> None:
     assert cluster.jobs() == [] and cluster.job_pods() == []
 
 
-def test_missing_platform_objects_are_named(eks, capsys) -> None:
+def test_missing_platform_objects_are_named(eks_cluster, capsys) -> None:
     """Without the base chart (no cdk deploy yet): the missing objects are named, nothing is created."""
-    cluster, flags = eks
+    cluster, flags = eks_cluster
     cluster.reset(drop_namespace=True)
     cluster.add_node("gpu-a")
     code, _, err = validate(capsys, flags)
@@ -172,10 +199,10 @@ def test_missing_platform_objects_are_named(eks, capsys) -> None:
     assert cluster.jobs() == []
 
 
-def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks, capsys) -> None:
+def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks_cluster, capsys) -> None:
     """--apply-base: the base and FSx charts' objects (the FSx ids from the outputs file) are applied by
     the real server (server-side apply, its own validation); a job that cannot start then ends the run."""
-    cluster, flags = eks
+    cluster, flags = eks_cluster
     app = tmp_path / "app"
     app.mkdir()
     (app / "cdk.json").write_text((REPO_ROOT / "cdk.json").read_text())
@@ -215,9 +242,9 @@ def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks, c
     assert cluster.jobs() == [] and cluster.job_pods() == []
 
 
-def test_jobs_left_from_an_earlier_run_are_not_touched(eks, capsys) -> None:
+def test_jobs_left_from_an_earlier_run_are_not_touched(eks_cluster, capsys) -> None:
     """A validation job already there is named and left alone (--replace-existing deletes it)."""
-    cluster, flags = eks
+    cluster, flags = eks_cluster
     config = app_config()
     deployed(cluster, config)
     earlier = objects_for(config).jobs[0]
@@ -229,9 +256,9 @@ def test_jobs_left_from_an_earlier_run_are_not_touched(eks, capsys) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupt_deletes_what_the_run_created(eks, capsys, signum) -> None:
+def test_an_interrupt_deletes_what_the_run_created(eks_cluster, capsys, signum) -> None:
     """Ctrl-C (or SIGTERM) while the job runs: the job and its pods are gone before the command exits 130."""
-    cluster, flags = eks
+    cluster, flags = eks_cluster
     deployed(cluster, app_config())
     sent: list[int] = []
     with signal_when(cluster, signum, sent):  # no runtime: the pods run until deleted
@@ -242,11 +269,11 @@ def test_an_interrupt_deletes_what_the_run_created(eks, capsys, signum) -> None:
 
 @pytest.mark.parametrize(("answer", "labelled"), [("y", True), ("n", False)])
 def test_replace_failed_labels_failing_hyperpod_nodes_after_asking(
-    hyperpod, capsys, monkeypatch, answer, labelled
+    hyperpod_cluster, capsys, monkeypatch, answer, labelled
 ) -> None:
     """HyperPod mode: the node failing its health check gets the documented node-health label for
     replacement, only after a yes; the other keeps its label."""
-    cluster, flags = hyperpod
+    cluster, flags = hyperpod_cluster
     config = app_config(compute="hyperpod")
     monkeypatch.setattr("builtins.input", lambda: answer)
     deployed(cluster, config)

@@ -1,0 +1,147 @@
+"""The platform's answer to a node fault, on the real control plane, for the `drill` tests (issue 22).
+
+What plays what:
+
+- the real training operator (EKS) or the HyperPod stand-in (tests/hyperpod_operator.py) creates the
+  job's pods again when one is gone, and the real kube-scheduler places them: on the replacement once
+  it is Ready and admits them, never on the cordoned or labelled node;
+- :class:`NodeRecovery` plays what no component here can: the machine failing and coming back. Once it
+  sees the fault the command injected (HyperPod's node-health label; on EKS, the drill's cordon before
+  it terminates the instance), it follows a timeline in seconds: the node goes NotReady and the job's
+  pods on it are gone (``not_ready_at``: the kubelet stops answering, the pods are evicted), a
+  replacement node registers (``replaced_at``: HyperPod's replacement or the node group's new
+  instance, its health label Schedulable) or, for a reboot, none; the node is Ready again
+  (``ready_at``), and the job resumes (``resume_at``): the payload's lines of the resumed attempt
+  (``after_restart``, the real payload's, their ``time`` moved to start then, gaps scaled by
+  ``time_scale``) are added to the log of the pod that holds rank 0.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kwok_cluster import NAMESPACE, KwokCluster, pod_index, serve_log
+
+from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
+from llm_infra.node_labels import HEALTH_STATUS_KEY
+from llm_infra.ops.kube import Kube
+
+PENDING = "UnschedulablePending"  # HyperPod's PendingReplacement / PendingReboot label values
+
+
+@dataclass
+class NodeRecovery:
+    cluster: KwokCluster
+    node: str
+    job: str  # the training job's name (its pods carry JOB_LABEL=job)
+    after_restart: list[dict[str, Any]]
+    replace: bool = True  # a new node (replace, terminate) or the same one back (reboot)
+    not_ready_at: float = 0.5
+    replaced_at: float = 2.0
+    ready_at: float = 3.5
+    resume_at: float = 5.0
+    time_scale: float = 0.1
+    fault: str | None = None  # what it saw: the health label's value, or "cordon"
+    fault_at: float | None = None  # when it saw it (time.time())
+    done: list[str] = field(default_factory=list)  # the steps taken, in order
+    _labels: dict[str, str] = field(default_factory=dict)  # the node's labels before the fault
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _error: BaseException | None = None
+    _thread: threading.Thread | None = None
+
+    @property
+    def replacement(self) -> str:
+        return f"{self.node}-replacement" if self.replace else self.node
+
+    def __enter__(self) -> NodeRecovery:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=30)
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        kube = Kube.connect(kubeconfig=str(self.cluster.plane.kubeconfig), context=None)
+        try:
+            while not self._stop.is_set():
+                self._step(kube)
+                self._stop.wait(0.05)
+        except BaseException as err:  # raised again in the test's thread
+            self._error = err
+        finally:
+            kube.close()
+
+    def _step(self, kube: Kube) -> None:
+        if self.fault_at is None:
+            node = kube.get("v1", "Node", self.node) or {}
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            if labels.get(HEALTH_STATUS_KEY, "").startswith(PENDING):
+                self.fault = labels[HEALTH_STATUS_KEY]
+            elif (node.get("spec") or {}).get("unschedulable"):
+                self.fault = "cordon"
+            else:
+                self._labels = dict(labels)
+                return
+            self.fault_at = time.time()
+        elapsed = time.time() - self.fault_at
+        for step, at in (
+            ("not-ready", self.not_ready_at),
+            ("replaced", self.replaced_at),
+            ("ready", self.ready_at),
+            ("resumed", self.resume_at),
+        ):
+            if step not in self.done and elapsed >= at:
+                if not getattr(self, "_" + step.replace("-", "_"))(kube):
+                    return  # not yet possible: the next look tries again
+                self.done.append(step)
+
+    def _not_ready(self, kube: Kube) -> bool:
+        self.cluster.set_ready(self.node, False)
+        for pod in self._pods(kube):
+            if pod["spec"].get("nodeName") == self.node:
+                self.cluster.delete_pod_now(pod["metadata"]["name"])
+        return True
+
+    def _replaced(self, kube: Kube) -> bool:
+        if not self.replace:
+            return True
+        kube.delete("v1", "Node", self.node)
+        labels = {k: v for k, v in self._labels.items() if k != "kubernetes.io/hostname"}
+        if HEALTH_STATUS_KEY in labels:  # HyperPod marks the replacement Schedulable once its checks pass
+            labels[HEALTH_STATUS_KEY] = "Schedulable"
+        self.cluster.add_node(self.replacement, ready=False, labels=labels)
+        return True
+
+    def _ready(self, kube: Kube) -> bool:
+        if not self.replace:  # the reboot is over: HyperPod lifts its label and the cordon
+            labels = {HEALTH_STATUS_KEY: "Schedulable"} if HEALTH_STATUS_KEY in self._labels else {}
+            kube.patch("v1", "Node", self.node, {"metadata": {"labels": labels}, "spec": {"unschedulable": None}})
+        self.cluster.set_ready(self.replacement, True)
+        return True
+
+    def _resumed(self, kube: Kube) -> bool:
+        """Rank 0's pod (index 0) runs again, or never stopped: the resumed attempt's lines go to its log."""
+        (rank0,) = [p for p in self._pods(kube) if pod_index(p) == 0] or [None]
+        if rank0 is None or (rank0.get("status") or {}).get("phase") != "Running":
+            return False
+        assert self.fault_at is not None
+        first = self.after_restart[0]["time"]
+        moved = [
+            {**r, "time": round(self.fault_at + self.resume_at + (r["time"] - first) * self.time_scale, 3)}
+            for r in self.after_restart
+        ]
+        serve_log(kube, self.cluster.workdir, rank0, "".join(json.dumps(r) + "\n" for r in moved))
+        return True
+
+    def _pods(self, kube: Kube) -> list[dict[str, Any]]:
+        pods = kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=f"{JOB_LABEL}={self.job}")
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
