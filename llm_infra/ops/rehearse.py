@@ -33,7 +33,7 @@ import yaml
 
 from llm_infra.config import TrainingConfig
 from llm_infra.ops import crds
-from llm_infra.ops.control_plane import OPTIONAL, REQUIRED, ControlPlane, ControlPlaneError
+from llm_infra.ops.control_plane import OPTIONAL, REQUIRED, ControlPlane, ControlPlaneError, operator_version_note
 from llm_infra.ops.deploy_workloads import (
     EFA,
     GPU,
@@ -379,8 +379,13 @@ class Rehearsal:
         self.seen_events: set[str] = set()
         self.removed: set[tuple[str, str, str]] = set()  # kind, namespace, name
         self.hardware: dict[str, NodeSpec] = {}
+        operators = {name: operator_version_note(cp.bin_dir, name) for name in cp.operator_versions}
         self.report = Report(
-            control_plane={"components": [c for c in (*REQUIRED, *OPTIONAL) if c in self.started], **self._version()}
+            control_plane={
+                "components": [c for c in (*REQUIRED, *OPTIONAL) if c in self.started],
+                "operators": {name: note for name, note in operators.items() if name in self.started},
+                **self._version(),
+            }
         )
 
     def _version(self) -> dict[str, Any]:

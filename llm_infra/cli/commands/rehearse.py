@@ -123,6 +123,8 @@ def run_rehearse(args: argparse.Namespace) -> int:
 def _print_report(report: Any) -> None:
     components = ", ".join(report.control_plane["components"])
     print(f"control plane: Kubernetes {report.control_plane['kubernetes']} on 127.0.0.1 ({components})")
+    for note in report.control_plane["operators"].values():
+        print(f"  {note}")
     print("\nnodes (KWOK, as the templates create them; GPUs and EFA where the device plugins run):")
     rows = []
     for node in report.nodes:
