@@ -41,7 +41,7 @@ MANAGED_ANNOTATION = "llm-infra.test/kwok"  # nodes the log-serving KWOK manages
 EXIT_ANNOTATION = "llm-infra.test/exit-code"  # set on a Running pod: KWOK ends it with that code
 NAMESPACE = "training"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
-NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+READY_ANNOTATION = "llm-infra.test/ready"  # "false": KWOK leaves the node's Ready condition alone
 
 STAGES = """
 apiVersion: kwok.x-k8s.io/v1alpha1
@@ -238,6 +238,7 @@ class KwokCluster:
                     f"--server-address={cp.LOOPBACK}:{port}",
                     f"--node-port={port}",
                     f"--node-ip={cp.LOOPBACK}",
+                    f"--node-lease-duration-seconds={cp.NODE_LEASE_SECONDS}",
                     f"--manage-nodes-with-annotation-selector={MANAGED_ANNOTATION}=logs",
                     "--enable-crds=Logs",
                     f"--config={self.workdir / 'stages.yaml'}",
@@ -290,9 +291,9 @@ class KwokCluster:
         provider_id: str | None = None,
     ) -> None:
         """A node as EKS or HyperPod registers it: a p5.48xlarge's capacity (GPUs and EFA from the device
-        plugins), the role label the stacks set, the GPU taint; KWOK makes it Ready unless ``ready`` is
-        False. The ``node.kubernetes.io/not-ready`` taint that admission adds is lifted from a Ready node,
-        as the node lifecycle controller (not run here) would; :meth:`set_ready` turns it either way."""
+        plugins), the role label the stacks set, the GPU taint; KWOK makes it Ready and the node lifecycle
+        controller lifts the not-ready taint, unless ``ready`` is False: then its kubelet says NotReady (a
+        node still booting) until :meth:`set_ready`."""
         capacity = {
             "cpu": "192",
             "memory": "2048Gi",
@@ -302,13 +303,16 @@ class KwokCluster:
         }
         if gpus:
             capacity["vpc.amazonaws.com/efa"] = "32"
+        spec: dict[str, Any] = {"taints": [GPU_TAINT]} if gpus else {}
+        if provider_id:
+            spec["providerID"] = provider_id
         self.kube.create(
             {
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {
                     "name": name,
-                    "annotations": {MANAGED_ANNOTATION: "logs", "llm-infra.test/ready": str(ready).lower()},
+                    "annotations": {MANAGED_ANNOTATION: "logs", READY_ANNOTATION: str(ready).lower()},
                     "labels": {
                         "kubernetes.io/hostname": name,
                         "llm-infra.aws/node-role": role,
@@ -316,42 +320,41 @@ class KwokCluster:
                         **(labels or {}),
                     },
                 },
-                "status": {"capacity": capacity, "allocatable": dict(capacity)},
+                "spec": spec,
+                # As a kubelet registers: NotReady until it is up (KWOK's node-initialize stage makes it Ready).
+                "status": {
+                    "capacity": capacity,
+                    "allocatable": dict(capacity),
+                    "conditions": [_ready_condition("False", "KubeletNotReady")],
+                },
             }
         )
-        taints = [GPU_TAINT] if gpus else []
-        if not ready:
-            taints.append(NOT_READY_TAINT)
-        self.kube.patch("v1", "Node", name, {"spec": {"taints": taints or None, "providerID": provider_id}})
         if ready:
-            _wait(f"node {name} Ready", lambda: _ready(self.kube.get("v1", "Node", name) or {}), timeout=30)
+            self._wait_until_ready(name)
 
     def set_ready(self, name: str, ready: bool) -> None:
-        """Take a node down (Ready Unknown, as the node lifecycle controller marks an unreachable node, and
-        the not-ready taint) or bring it back (KWOK makes it Ready again; the taint lifted)."""
+        """Take a node down (its kubelet stops answering: Ready Unknown, as the node lifecycle controller
+        marks it once the heartbeats stop; that controller then taints it unreachable) or bring it back
+        (KWOK makes it Ready again, the node lifecycle controller lifts the taints)."""
+        self.kube.patch("v1", "Node", name, {"metadata": {"annotations": {READY_ANNOTATION: str(ready).lower()}}})
+        if ready:
+            self._wait_until_ready(name)
+        else:
+            self._post_ready_condition(name, "Unknown", "NodeStatusUnknown")
+
+    def _wait_until_ready(self, name: str) -> None:
+        def ready() -> bool:
+            node = self.kube.get("v1", "Node", name) or {}
+            return _ready(node) and not cp.condition_tainted(node)
+
+        _wait(f"node {name} Ready and untainted", ready, timeout=30)
+
+    def _post_ready_condition(self, name: str, status: str, reason: str) -> None:
         from kubernetes import client
 
-        node = self.kube.get("v1", "Node", name)
-        assert node is not None, name
-        taints = [t for t in node["spec"].get("taints") or [] if t["key"] != NOT_READY_TAINT["key"]]
-        if not ready:
-            taints.append(NOT_READY_TAINT)
-        self.kube.patch(
-            "v1",
-            "Node",
-            name,
-            {"metadata": {"annotations": {"llm-infra.test/ready": str(ready).lower()}}, "spec": {"taints": taints}},
-        )
-        if ready:
-            _wait(f"node {name} Ready", lambda: _ready(self.kube.get("v1", "Node", name) or {}), timeout=30)
-            return
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        conditions = [
-            {**c, "status": "Unknown", "reason": "NodeStatusUnknown", "lastTransitionTime": now}
-            if c["type"] == "Ready"
-            else c
-            for c in node["status"]["conditions"]
-        ]
+        node = self.kube.get("v1", "Node", name) or {}
+        others = [c for c in (node.get("status") or {}).get("conditions") or [] if c["type"] != "Ready"]
+        conditions = [*others, _ready_condition(status, reason)]
         client.CoreV1Api(self.kube.api_client).patch_node_status(name, {"status": {"conditions": conditions}})
 
     def add_fsx_claim(self, claim: str, namespace: str) -> None:
@@ -476,6 +479,11 @@ class KwokCluster:
                 and not self.kube.list("v1", "PersistentVolume")
             ),
         )
+
+
+def _ready_condition(status: str, reason: str) -> dict[str, str]:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"type": "Ready", "status": status, "reason": reason, "lastHeartbeatTime": now, "lastTransitionTime": now}
 
 
 def _ready(node: dict[str, Any]) -> bool:

@@ -8,7 +8,9 @@ What plays what:
 - :class:`NodeRecovery` plays what no component here can: the machine failing and coming back. Once it
   sees the fault the command injected (HyperPod's node-health label; on EKS, the drill's cordon before
   it terminates the instance), it follows a timeline in seconds: the node goes NotReady and the job's
-  pods on it are gone (``not_ready_at``: the kubelet stops answering, the pods are evicted), a
+  pods on it are gone (``not_ready_at``: the kubelet stops answering; its Ready condition Unknown, as the
+  node lifecycle controller sets it after its grace period, and that real controller then taints the
+  node; the pods are evicted), a
   replacement node registers (``replaced_at``: HyperPod's replacement or the node group's new
   instance, its health label Schedulable) or, for a reboot, none; the node is Ready again
   (``ready_at``), and the job resumes (``resume_at``): the payload's lines of the resumed attempt

@@ -173,11 +173,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             return claims if claims and all(c["status"].get("phase") == "Bound" for c in claims) else None
 
         cluster.wait_for("the PV controller binds the FSx claim", bound, "kube-controller-manager")
-        # The TaintNodesByCondition admission plugin taints every new Node not-ready; the node lifecycle
-        # controller (off in ControlPlane) would lift it now that KWOK has made the node Ready.
-        for node in nodes:
-            patch = {"spec": {"taints": node["spec"].get("taints")}}
-            cp.kubectl("patch", "node", node["metadata"]["name"], "--type=merge", "-p", json.dumps(patch))
+
+        def untainted() -> list[dict[str, Any]] | None:
+            got = list(cluster.nodes().values())
+            return None if any(control_plane.condition_tainted(node) for node in got) else got
+
+        cluster.wait_for(
+            "the node lifecycle controller lifts the not-ready taint", untainted, "kube-controller-manager"
+        )
         yield cluster
 
 

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from llm_infra.versions import KUBERAY_OPERATOR
 
@@ -75,6 +76,8 @@ PINNED_VERSIONS = {"training-operator": TRAINING_OPERATOR_VERSION, "kuberay-oper
 OPTIONAL = ("kube-controller-manager", "kube-scheduler", "kwok", *OPERATORS)
 BUILD_COMMAND = "make k8s  (or: k8s/build.sh kube-apiserver etcd)"
 LOOPBACK = "127.0.0.1"
+NODE_CONDITION_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+NODE_LEASE_SECONDS = 40  # KWOK renews its nodes' leases, the heartbeat the node lifecycle controller reads
 
 
 class ControlPlaneError(RuntimeError):
@@ -163,6 +166,13 @@ def operator_version_note(bin_dir: Path, name: str) -> str:
     if built == FALLBACK_VERSIONS.get(name):
         return f"{name} {built} (the fallback: the pinned {pinned} could not be built; see k8s/build.sh)"
     return f"{name} {built} (not the pinned {pinned})"
+
+
+def condition_tainted(node: dict[str, Any]) -> bool:
+    """Whether ``node`` carries a node condition's taint (not-ready, unreachable): the API server's
+    admission puts not-ready on every new Node, the node lifecycle controller lifts it once the node is
+    Ready (KWOK renews the nodes' leases, the heartbeat that controller reads)."""
+    return any(t.get("key") in NODE_CONDITION_TAINTS for t in (node.get("spec") or {}).get("taints") or [])
 
 
 def kubectl_binary(cache_dir: Path = CACHE_DIR) -> Path:
@@ -506,7 +516,7 @@ class ControlPlane:
                 *flags,
                 f"--service-account-private-key-file={self.workdir / 'sa.key'}",
                 f"--root-ca-file={self.workdir / 'ca.crt'}",
-                "--controllers=*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller",
+                "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
                 # Default 15 s: a PVC applied together with its PV (the FSx chart) could wait that long
                 # for the PV controller's next pass, and its pods with it.
                 "--pvclaimbinder-sync-period=2s",
@@ -529,6 +539,7 @@ class ControlPlane:
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 f"--node-ip={LOOPBACK}",
+                f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
             ],
         )
         self._wait(proc, f"http://{LOOPBACK}:{port}/healthz")

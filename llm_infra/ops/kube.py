@@ -175,7 +175,7 @@ class Kube:
         except ApiException as err:
             if err.status in (400, 404):  # waiting to start, or gone
                 return ""
-            raise KubeError(f"log of pod {namespace}/{name}: {err.status} {err.reason}") from None
+            raise KubeError(f"log of pod {namespace}/{name}: {err.status} {err.reason}: {_message(err.body)}") from None
 
 
 def parse_time(text: str) -> datetime:

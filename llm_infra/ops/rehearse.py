@@ -33,7 +33,14 @@ import yaml
 
 from llm_infra.config import TrainingConfig
 from llm_infra.ops import crds
-from llm_infra.ops.control_plane import OPTIONAL, REQUIRED, ControlPlane, ControlPlaneError, operator_version_note
+from llm_infra.ops.control_plane import (
+    OPTIONAL,
+    REQUIRED,
+    ControlPlane,
+    ControlPlaneError,
+    condition_tainted,
+    operator_version_note,
+)
 from llm_infra.ops.deploy_workloads import (
     EFA,
     GPU,
@@ -470,10 +477,12 @@ class Rehearsal:
         self.cp.kubectl("create", "-f", self._file(objects))
         self._wait_for("Ready", [f"node/{o['metadata']['name']}" for o in objects])
         # The TaintNodesByCondition admission plugin taints every new Node not-ready; the node lifecycle
-        # controller (off here: no cloud) would lift it once the node is Ready, as KWOK has made it.
-        for obj in objects:
-            patch = {"spec": {"taints": obj["spec"]["taints"] or None}}
-            self.cp.kubectl("patch", "node", obj["metadata"]["name"], "--type=merge", "-p", json.dumps(patch))
+        # controller lifts it once it sees the node Ready (KWOK renews the nodes' leases, their heartbeat).
+        deadline = time.monotonic() + self.timeout
+        while tainted := [n["metadata"]["name"] for n in self._get("nodes") if condition_tainted(n)]:
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"still tainted not-ready after {self.timeout:.0f} s: {', '.join(tainted)}")
+            time.sleep(POLL)
         self.say(f"{len(nodes)} KWOK nodes Ready")
 
     def _run_step(self, step: Step) -> None:
