@@ -54,6 +54,8 @@ def kubeflow_pytorch_job(
         affinity=one_pod_per_node(labels),
         # torchrun on the DLC's torch 2.8 gives its workers 30 s, whatever TORCH_ELASTIC_SHUTDOWN_TIMEOUT says.
         shutdown_seconds=values.torchrun_shutdown_seconds,
+        # The replica spec's restartPolicy decides (the operator overwrites the template's, with a warning).
+        restart_policy=None,
     )
     template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
     return api_object(

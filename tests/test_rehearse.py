@@ -102,6 +102,8 @@ def test_a_pod_that_cannot_fit_is_pending_with_the_schedulers_reason(synthesized
     workers = [p for p in report["pods"] if "-worker-" in p["name"]]
     if "training-operator" in report["control_plane"]["components"]:
         assert workers and {p["node"] for p in workers} == {n["name"] for n in gpu_nodes}
+        # ... and the operator takes our PyTorchJobs as they are (it warned about a template restartPolicy once).
+        assert not [w for w in report["warnings"] if w["kind"] == "PyTorchJob"], report["warnings"]
     else:
         assert not workers and {u["kind"] for u in report["unhandled"]} == {"PyTorchJob"}
 
