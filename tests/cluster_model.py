@@ -1,35 +1,39 @@
-"""A scheduler model of the deployed cluster: the nodes and the pods of what the stacks install
-(``llm_infra.ops.deploy_workloads``, from the synthesized templates), the pods of every object we apply or
-render, and a scheduler that places them the way kube-scheduler's filters do (nodeSelector, required
-node affinity, taints, resource requests, required pod anti-affinity per hostname). DaemonSet pods go
-to every node they are admitted to. Extended resources (``nvidia.com/gpu``, ``vpc.amazonaws.com/efa``)
-exist only where the device plugin that advertises them runs.
+"""The pods and nodes of the deployed cluster, for the checks a scheduler run cannot answer.
+
+Where pods land and whether they fit is the real control plane's answer (tests/test_scheduling_real.py:
+kube-scheduler, the controllers and the operators on KWOK nodes, through ``llm_infra.ops.rehearse``); the
+Python scheduler these tests ran on before is gone (issue 22). A scheduler reports the one node each pod
+landed on, not every node a pod MAY land on, and these checks need the latter; each is one pod against
+one node at a time, cheap enough to run for every pair:
+
+- FSx CSI coverage: every node a pod that mounts FSx may run on runs the FSx CSI node plugin and is
+  admitted by the FSx security group (tests/test_contracts.py);
+- the chart-default affinity regressions: the NVIDIA chart's default affinity admits none of our nodes,
+  the EFA chart's none of HyperPod's EFA nodes (tests/test_contracts.py);
+- the HyperPod health-label predicates: a GPU pod is admitted on a node HyperPod marked Schedulable and
+  on no node it marked unhealthy or has not checked yet (tests/test_hyperpod_jobs.py,
+  tests/test_kuberay.py); cert-manager is admitted on exactly the untainted nodes
+  (tests/test_training_operator.py).
+
+``admission_problem`` is kube-scheduler's NodeAffinity and TaintToleration filters (nodeSelector, required
+node affinity, NoSchedule and NoExecute taints) for one node as ``template_nodes`` derives it (the nodes the
+rehearsal creates). The pods: ``pod_templates`` (an object's, by kind), ``installed_pods`` and
+``deploy_pods`` (what the stacks install and apply, from ``llm_infra.ops.upstream_charts``' models), and
+``pod_requests`` (what a pod asks for, summed as the scheduler charges it).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from llm_infra.ops.deploy_workloads import EFA, GPU, Templates, applied_objects, releases, template_nodes
+from llm_infra.ops.deploy_workloads import NodeSpec, Templates, applied_objects, releases
 from llm_infra.ops.upstream_charts import HELM_MERGE, PodTemplate
 
-# KubeRay's default submitter pod for a RayJob (ray-operator/controllers/ray/common/job.go,
-# GetDefaultSubmitterTemplate): `ray job submit` in the head's image, no placement, 500m and 200Mi
-# requested; it lands on a node without taints.
-RAY_JOB_SUBMITTER = {
-    "containers": [
-        {
-            "name": "ray-job-submitter",
-            "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
-        }
-    ]
-}
 BUILTIN_GROUPS = {"", "apps", "batch", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io"}
 
 
@@ -68,44 +72,10 @@ def pod_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     return total
 
 
-# ---- nodes -----------------------------------------------------------------------------------
-@dataclass
-class Node:
-    name: str
-    labels: dict[str, str]
-    taints: list[dict[str, str]]
-    capacity: dict[str, int]  # cpu (m), memory (MiB), hugepages-2Mi (MiB), pods
-    gpus: int = 0  # hardware; advertised as nvidia.com/gpu only where the NVIDIA device plugin runs
-    efa_devices: int = 0  # hardware; advertised as vpc.amazonaws.com/efa only where the EFA plugin runs
-    security_groups: frozenset[str] = frozenset()
-    efa_security_groups: frozenset[str] = frozenset()  # the groups on its EFA interfaces
-    used: dict[str, int] = field(default_factory=dict)
-    pods: list[PodTemplate] = field(default_factory=list)
-
-    def free(self, resource: str) -> int:
-        return self.capacity.get(resource, 0) - self.used.get(resource, 0)
-
-
-def nodes(templates: Templates, *, hyperpod_hugepages_mib: int | Mapping[str, int] = 0) -> list[Node]:
-    """Every node of the cluster at its desired size (``template_nodes``), with nothing placed yet."""
-    return [
-        Node(
-            name=spec.name,
-            labels=spec.labels,
-            taints=spec.taints,
-            capacity=dict(spec.allocatable),
-            gpus=spec.gpus,
-            efa_devices=spec.efa_devices,
-            security_groups=spec.security_groups,
-            efa_security_groups=spec.efa_security_groups,
-        )
-        for spec in template_nodes(templates, hyperpod_hugepages_mib=hyperpod_hugepages_mib)
-    ]
-
-
 # ---- pods ------------------------------------------------------------------------------------
 def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
-    """The pods an object creates (those that need a node), by kind."""
+    """An object's pod templates, by kind, each with the replica count its controller makes of it; not
+    what KubeRay adds of its own (the head's autoscaler sidecar, the RayJob's submitter pod)."""
     kind, spec = obj["kind"], obj.get("spec", {})
     name = obj["metadata"]["name"]
 
@@ -124,9 +94,9 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
             template(replica["template"], replica.get("replicas", 1), suffix=f"/{role}")
             for role, replica in spec["pytorchReplicaSpecs"].items()
         ]
-    if kind == "HyperPodPyTorchJob":  # replicaSpecs: a list of named replica sets (replicas default 0)
+    if kind == "HyperPodPyTorchJob":  # replicaSpecs: named replica sets (no replicas: one, as job_state counts)
         return [
-            template(replica["template"], replica.get("replicas", 0), suffix=f"/{replica['name']}")
+            template(replica["template"], int(replica.get("replicas") or 1), suffix=f"/{replica['name']}")
             for replica in spec["replicaSpecs"]
         ]
     if kind == "RayCluster":
@@ -136,11 +106,10 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
             for group in spec.get("workerGroupSpecs", [])
         ]
         return [head, *workers]
-    if kind == "RayJob":  # KubeRay makes a RayCluster from rayClusterSpec, and a submitter Job (K8sJobMode)
-        cluster = pod_templates(
+    if kind == "RayJob":  # KubeRay makes a RayCluster of rayClusterSpec
+        return pod_templates(
             {"kind": "RayCluster", "metadata": {"name": f"{name}-cluster"}, "spec": spec["rayClusterSpec"]}
         )
-        return [*cluster, PodTemplate(f"{kind}/{name}/submitter", RAY_JOB_SUBMITTER)]
     return []
 
 
@@ -168,7 +137,7 @@ def custom_kind(obj: Mapping[str, Any]) -> tuple[str, str] | None:
     return None if group in BUILTIN_GROUPS else (group, obj["kind"])
 
 
-# ---- the scheduler's filters -----------------------------------------------------------------
+# ---- kube-scheduler's NodeAffinity and TaintToleration filters ------------------------------
 def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     key, operator = expression["key"], expression["operator"]
     values = expression.get("values", [])
@@ -191,8 +160,8 @@ def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, str]) -> bool:
     return toleration.get("key") == taint["key"] and toleration.get("value", "") == taint.get("value", "")
 
 
-def admission_problem(node: Node, spec: Mapping[str, Any]) -> str | None:
-    """Why the node's labels or taints keep the pod off it, or None."""
+def admission_problem(node: NodeSpec, spec: Mapping[str, Any]) -> str | None:
+    """Why the node's labels or taints keep a pod of ``spec`` off it, or None."""
     for key, value in (spec.get("nodeSelector") or {}).items():
         if node.labels.get(key) != value:
             return f"nodeSelector {key}={value}"
@@ -210,73 +179,3 @@ def admission_problem(node: Node, spec: Mapping[str, Any]) -> str | None:
         ):
             return f"untolerated taint {taint['key']}"
     return None
-
-
-def _anti_affinity_problem(node: Node, pod: PodTemplate) -> str | None:
-    anti = ((pod.spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution", []
-    )
-    for term in anti:
-        assert term["topologyKey"] == "kubernetes.io/hostname", "only per-node anti-affinity is modelled"
-        selector = term["labelSelector"]["matchLabels"]
-        if any(all(other.labels.get(k) == v for k, v in selector.items()) for other in node.pods):
-            return "pod anti-affinity"
-    return None
-
-
-def _advertised(node: Node, resource: str) -> int:
-    if resource == GPU:
-        return node.gpus if any(p.name.startswith("nvidia-device-plugin") for p in node.pods) else 0
-    if resource == EFA:
-        return node.efa_devices if any(p.name.startswith("aws-efa-k8s-device-plugin") for p in node.pods) else 0
-    return node.capacity.get(resource, 0)
-
-
-def fit_problem(node: Node, pod: PodTemplate) -> str | None:
-    """Why ``pod`` cannot run on ``node`` now, or None."""
-    problem = admission_problem(node, pod.spec) or _anti_affinity_problem(node, pod)
-    if problem:
-        return problem
-    wanted = {**pod_requests(pod.spec), "pods": 1}
-    for resource, amount in wanted.items():
-        free = _advertised(node, resource) - node.used.get(resource, 0)
-        if amount > free:
-            return f"{resource}: wants {amount}, free {free}"
-    return None
-
-
-def _bind(node: Node, pod: PodTemplate) -> None:
-    for resource, amount in {**pod_requests(pod.spec), "pods": 1}.items():
-        node.used[resource] = node.used.get(resource, 0) + amount
-    node.pods.append(pod)
-
-
-class Unschedulable(AssertionError):
-    pass
-
-
-def schedule(pods: Iterable[PodTemplate], cluster: list[Node]) -> dict[str, list[str]]:
-    """Place ``pods`` (daemons first, then in order, first fit) on ``cluster``; raise on the first
-    pod that cannot be placed, with each node's reason. Returns pod name -> node names."""
-    placed: dict[str, list[str]] = {}
-    ordered = sorted(pods, key=lambda p: not p.daemon)
-    for pod in ordered:
-        if pod.daemon:
-            targets = [n for n in cluster if admission_problem(n, pod.spec) is None]
-            for node in targets:
-                problem = fit_problem(node, pod)
-                if problem:
-                    raise Unschedulable(f"{pod.name} on {node.name}: {problem}")
-                _bind(node, pod)
-            placed[pod.name] = [n.name for n in targets]
-            continue
-        placed[pod.name] = []
-        for replica in range(pod.replicas):
-            reasons = {n.name: fit_problem(n, pod) for n in cluster}
-            fitting = [n for n in cluster if reasons[n.name] is None]
-            if not fitting:
-                detail = "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
-                raise Unschedulable(f"{pod.name} replica {replica} fits no node ({detail})")
-            _bind(fitting[0], pod)
-            placed[pod.name].append(fitting[0].name)
-    return placed

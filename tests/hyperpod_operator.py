@@ -3,9 +3,10 @@ command tests that is not the real thing, because that operator is closed source
 
 It plays the operator's contract as far as our commands read it, and no further:
 
-- pods: one per replica of each ``spec.replicaSpecs`` entry, from its template, owned by the job (the
-  garbage collector deletes them with it); a pod that disappears (its node failed) is created again,
-  as the operator's job-level restart does. The real kube-scheduler places them and KWOK runs them;
+- pods (:func:`job_pods`): one per replica of each ``spec.replicaSpecs`` entry, from its template, owned
+  by the job (the garbage collector deletes them with it); a pod that disappears (its node failed) is
+  created again, as the operator's job-level restart does. The real kube-scheduler places them and KWOK
+  runs them;
 - conditions: ``Created``, then ``Running`` once every pod runs, then ``Completed`` when every pod
   succeeded or ``Failed`` when one failed; earlier ones turn "False" (the types: PyPI sagemaker-hyperpod
   3.12.0 ``hyperpod_pytorch_job_unified_config.Conditions``, as ``llm_infra/ops/job_state.py`` cites).
@@ -32,6 +33,42 @@ TERMINAL = frozenset({"Completed", "Failed"})
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job_pods(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods the operator makes of ``job``: one per replica of each ``spec.replicaSpecs`` entry (no
+    ``replicas``: one, as ``llm_infra/ops/job_state.py`` counts them), a copy of its template, named
+    ``<job>-<replica>-<index>`` and labelled with the index (rank 0 first). Owned by the job once the API
+    server has given it a uid; a job never created (the rehearsal tests apply its pods alone) owns none."""
+    metadata = job["metadata"]
+    owner = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": metadata["name"],
+        "uid": metadata.get("uid"),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    owned = {"ownerReferences": [owner]} if owner["uid"] else {}
+    replicas = [
+        (str(spec["name"]), spec["template"])
+        for spec in job["spec"]["replicaSpecs"]
+        for _ in range(int(spec.get("replicas") or 1))
+    ]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{metadata['name']}-{replica}-{index}",
+                "namespace": metadata["namespace"],
+                "labels": {**((template.get("metadata") or {}).get("labels") or {}), INDEX_LABEL: str(index)},
+                **copy.deepcopy(owned),
+            },
+            "spec": copy.deepcopy(template["spec"]),
+        }
+        for index, (replica, template) in enumerate(replicas)
+    ]
 
 
 class HyperPodOperatorStandIn:
@@ -77,11 +114,12 @@ class HyperPodOperatorStandIn:
         if done:
             return
         pods = self._pods(kube, job)
-        for index, (replica, template) in enumerate(self._replicas(job)):
+        wanted = job_pods(job)
+        for index, pod in enumerate(wanted):
             if index not in pods:
-                kube.create(self._pod(job, replica, index, template))
+                kube.create(pod)
         live = list(pods.values())
-        if len(live) < len(self._replicas(job)):
+        if len(live) < len(wanted):
             return
         phases = [(p.get("status") or {}).get("phase") for p in live]
         if "Failed" in phases:
@@ -91,14 +129,6 @@ class HyperPodOperatorStandIn:
         elif all(phase in ("Running", "Succeeded") for phase in phases):
             self._condition(kube, job, "Running")
 
-    @staticmethod
-    def _replicas(job: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        return [
-            (str(spec["name"]), spec["template"])
-            for spec in job["spec"]["replicaSpecs"]
-            for _ in range(int(spec.get("replicas") or 1))
-        ]
-
     def _pods(self, kube: Kube, job: dict[str, Any]) -> dict[int, dict[str, Any]]:
         """The job's pods that are not being deleted, by index."""
         uid = job["metadata"]["uid"]
@@ -107,30 +137,6 @@ class HyperPodOperatorStandIn:
             for pod in kube.list("v1", "Pod", namespace=self.namespace, label_selector=INDEX_LABEL)
             if any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
             and not pod["metadata"].get("deletionTimestamp")
-        }
-
-    @staticmethod
-    def _pod(job: dict[str, Any], replica: str, index: int, template: dict[str, Any]) -> dict[str, Any]:
-        metadata = job["metadata"]
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{metadata['name']}-{replica}-{index}",
-                "namespace": metadata["namespace"],
-                "labels": {**(template.get("metadata") or {}).get("labels", {}), INDEX_LABEL: str(index)},
-                "ownerReferences": [
-                    {
-                        "apiVersion": API_VERSION,
-                        "kind": KIND,
-                        "name": metadata["name"],
-                        "uid": metadata["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": copy.deepcopy(template["spec"]),
         }
 
     def _condition(self, kube: Kube, job: dict[str, Any], kind: str) -> None:

@@ -1,43 +1,33 @@
 """Contracts with the components we do not write, checked on the synthesized templates and manifests:
-where the pinned charts' pods land (their upstream defaults merged with our values), whether every
-pod applied at deploy and every on-demand job fits the node inventory the templates create, whether
-FSx and EFA traffic is admitted between the nodes that need it, and whether every custom resource
-kind we use has its operator installed, in time. Models: ``upstream_charts.py``, ``cluster_model.py``.
+that the device-plugin charts' default placement would keep their pods off our nodes (the defects our
+values fix), that every node a pod which mounts FSx may run on serves and admits FSx, that GPU nodes
+admit each other's EFA traffic, and that every custom resource kind we use has its operator installed,
+in time.
+Models: ``upstream_charts.py``, ``cluster_model.py`` (why a scheduler run cannot answer these: its
+docstring). Where pods land and whether they fit: tests/test_scheduling_real.py, on the real scheduler.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_model import (
-    Node,
-    Unschedulable,
-    admission_problem,
-    custom_kind,
-    deploy_pods,
-    nodes,
-    pod_templates,
-    schedule,
-    yaml_objects,
-)
+from cluster_model import admission_problem, custom_kind, deploy_pods, pod_templates, yaml_objects
 
 from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
 from llm_infra.k8s_manifests.render import write_dist
-from llm_infra.node_labels import NODE_ROLE_LABEL
 from llm_infra.ops.deploy_workloads import (
-    EFA,
-    GPU,
+    NodeSpec,
     Templates,
     applied_objects,
     helm_operator_switches,
     hyperpod_hugepages,
+    template_nodes,
 )
 from llm_infra.ops.upstream_charts import PodTemplate, chart_model, hyperpod_chart
 
@@ -59,8 +49,8 @@ class Deployment:
         outputs.write_text(json.dumps(OUTPUTS))
         self.dist = {p.name.removesuffix(".k8s.yaml"): p for p in write_dist(config, dist_dir, outputs_file=outputs)}
 
-    def nodes(self) -> list[Node]:
-        return nodes(self.templates, hyperpod_hugepages_mib=self.hyperpod_hugepages_mib)
+    def nodes(self) -> list[NodeSpec]:
+        return template_nodes(self.templates, hyperpod_hugepages_mib=self.hyperpod_hugepages_mib)
 
     def deploy_pods(self) -> list[PodTemplate]:
         return deploy_pods(self.templates)
@@ -75,85 +65,11 @@ def deployed(request, synth, tmp_path_factory) -> Deployment:
     return Deployment(synth(config), config, tmp_path_factory.mktemp(f"dist-{request.param}"))
 
 
-def gpu_nodes(cluster: list[Node]) -> list[Node]:
+def gpu_nodes(cluster: list[NodeSpec]) -> list[NodeSpec]:
     return [n for n in cluster if n.gpus]
 
 
-# ---- device plugins and what deploy applies ---------------------------------------------------
-def test_device_plugins_land_on_every_node_they_serve(deployed: Deployment) -> None:
-    cluster = deployed.nodes()
-    placed = schedule(deployed.deploy_pods(), cluster)
-    assert gpu_nodes(cluster), "the template creates GPU nodes"
-    assert placed["nvidia-device-plugin"] == [n.name for n in gpu_nodes(cluster)]
-    assert placed["aws-efa-k8s-device-plugin"] == [n.name for n in cluster if n.efa_devices]
-    for node in gpu_nodes(cluster):  # what the kubelet then advertises
-        assert node.gpus == deployed.config.gpu_profile.gpus
-        assert node.efa_devices == deployed.config.gpu_profile.efa_interfaces
-
-
-def test_everything_applied_at_deploy_fits_and_holds_no_gpu(deployed: Deployment) -> None:
-    cluster = deployed.nodes()
-    placed = schedule(deployed.deploy_pods(), cluster)
-    assert placed["kuberay-operator"] and placed["training-operator"] and len(placed["coredns"]) == 2
-    assert all(n.used.get(GPU, 0) == 0 and n.used.get(EFA, 0) == 0 for n in cluster)
-
-
-# job -> (file, the object whose pods it is: its name, whatever its kind; "": every object in the file)
-ON_DEMAND = {
-    "validation-1-health": ("validation", "validation-1-health"),
-    "validation-2-allreduce": ("validation", "validation-2-allreduce"),
-    "validation-3-training": ("validation", "validation-3-training"),
-    "training-job": ("training-job", "train"),
-    "recipe-data-prep": ("llama2-7b-1-data-prep", ""),
-    "recipe-train": ("llama2-7b-2-train", ""),
-    "ray": ("kuberay", ""),
-}
-
-
-@pytest.mark.parametrize("job", list(ON_DEMAND))
-def test_each_on_demand_job_fits_beside_what_deploy_applied(deployed: Deployment, job: str) -> None:
-    file, object_name = ON_DEMAND[job]
-    pods = [p for p in deployed.on_demand(file) if object_name in ("", p.name.split("/")[1])]
-    assert pods, f"{job}: no pods in {file}"
-    cluster = deployed.nodes()
-    schedule(deployed.deploy_pods(), cluster)
-    placed = schedule(pods, cluster)
-    for pod in pods:  # a GPU job takes whole nodes: one pod per GPU node, every GPU
-        if pod.spec["containers"][0]["resources"].get("requests", {}).get(GPU):
-            assert len(set(placed[pod.name])) == pod.replicas
-
-
-# What stays free on the system nodes once everything that lands there runs: room for a rolling update's
-# surge pods and for add-ons that grow with the cluster (CoreDNS, the CloudWatch agent's buffers).
-SYSTEM_HEADROOM = 0.2
-
-
-def system_load(deployed: Deployment, cluster: list[Node]) -> dict[str, tuple[int, int]]:
-    """Per resource, (requested, allocatable) on the system nodes with everything placed that lands there:
-    what deploy applies, both Ray heads (the RayCluster's and the RayJob's cluster), Redis, the submitter."""
-    schedule(deployed.deploy_pods(), cluster)
-    schedule(deployed.on_demand("kuberay"), cluster)
-    system = [n for n in cluster if n.labels.get(NODE_ROLE_LABEL) == "system"]
-    return {r: (sum(n.used.get(r, 0) for n in system), sum(n.capacity[r] for n in system)) for r in ("cpu", "memory")}
-
-
-def test_system_nodes_hold_what_lands_there_with_headroom(deployed: Deployment) -> None:
-    for resource, (used, allocatable) in system_load(deployed, deployed.nodes()).items():
-        assert used <= (1 - SYSTEM_HEADROOM) * allocatable, (
-            f"system nodes: {resource} {used} of {allocatable} requested; raise system_nodes "
-            f"(now {deployed.config.system_nodes}) or system_instance_type"
-        )
-
-
-def test_one_system_node_would_not_hold_it(deployed: Deployment) -> None:
-    """The check above can fail: with one system node of the default type, the same pods do not fit."""
-    cluster = [n for n in deployed.nodes() if not n.name.endswith("SystemNodes7D54C381-1")]
-    assert len(cluster) == len(deployed.nodes()) - 1
-    with pytest.raises(Unschedulable, match="memory"):
-        system_load(deployed, cluster)
-
-
-# ---- the defects these models exist for (regressions, through the same models) ----------------
+# ---- the chart defaults our values override (regressions) -------------------------------------
 def test_the_nvidia_charts_default_affinity_matches_none_of_our_nodes(deployed: Deployment) -> None:
     # Only a nodeSelector on our label (the first version's values) keeps the chart's default affinity
     # (NFD or nvidia.com/gpu.present labels), which EKS and HyperPod nodes do not carry.
@@ -164,25 +80,11 @@ def test_the_nvidia_charts_default_affinity_matches_none_of_our_nodes(deployed: 
 
 
 def test_the_efa_charts_default_instance_list_misses_hyperpod_nodes(synth) -> None:
-    deployed_nodes = [n for n in nodes(Templates(synth(CONFIGS["hyperpod"]).templates)) if n.efa_devices]
+    deployed_nodes = [n for n in template_nodes(Templates(synth(CONFIGS["hyperpod"]).templates)) if n.efa_devices]
     (plugin,) = chart_model("aws-efa-k8s-device-plugin", "v0.5.21").render(
         {"nodeSelector": {"llm-infra.aws/efa": "true"}}
     )
     assert deployed_nodes and all(admission_problem(n, plugin.spec) for n in deployed_nodes)
-
-
-def test_the_validation_jobs_cannot_run_while_ray_holds_every_gpu_node(deployed: Deployment) -> None:
-    # At rest the Ray objects hold no GPU (tests/test_kuberay.py), so validation fits beside them; once a
-    # Ray job scales the GPU workers to the GPU node count, each takes a whole node and validation waits.
-    cluster = deployed.nodes()
-    schedule(deployed.deploy_pods() + deployed.on_demand("kuberay"), cluster)
-    health = [p for p in deployed.on_demand("validation") if p.name == "Job/validation-1-health"]
-    schedule(health, copy.deepcopy(cluster))
-    (workers,) = [p for p in deployed.on_demand("kuberay") if p.name == "RayCluster/ray/gpu"]
-    schedule([dataclasses.replace(workers, replicas=deployed.config.gpu_nodes)], cluster)
-    assert all(n.used.get(GPU, 0) == n.gpus for n in gpu_nodes(cluster))
-    with pytest.raises(Unschedulable, match="nvidia.com/gpu"):
-        schedule(health, cluster)
 
 
 # ---- reachability ----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_model import Node, admission_problem
+from cluster_model import admission_problem
 from test_manifests import KUBERNETES_VERSION, OUTPUTS, by_kind, pod_spec, render
 
 from conftest import hyperpod_config
@@ -43,6 +43,7 @@ from llm_infra.k8s_manifests.pod_spec import TORCHRUN_TEARDOWN_SECONDS
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
+from llm_infra.ops.deploy_workloads import NodeSpec
 from manifest_validation import load_documents, validate_object
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,8 +165,9 @@ def test_pods_land_only_on_schedulable_gpu_nodes(hyperpod) -> None:
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert {"key": HEALTH_STATUS_KEY, "operator": "In", "values": ["Schedulable"]} in term["matchExpressions"]
 
-    def node(**labels: str) -> Node:
-        return Node(name="n", labels={NODE_ROLE_LABEL: "gpu", **labels}, taints=[], capacity={})
+    def node(**labels: str) -> NodeSpec:
+        labels = {NODE_ROLE_LABEL: "gpu", **labels}
+        return NodeSpec("n", "g", "ml.p5.48xlarge", labels, taints=[], capacity={}, allocatable={})
 
     assert admission_problem(node(**{HEALTH_STATUS_KEY: "Schedulable"}), spec) is None
     for status in ("Unschedulable", "UnschedulablePendingReplacement", "UnschedulablePendingReboot"):

@@ -1,5 +1,7 @@
-"""The KubeRay chart against KubeRay v1.7.0 (its CRDs and its admission rules), the nodes the templates
-create (cluster_model), the training jobs' placement and NCCL rules, and the image its pods run."""
+"""The KubeRay chart against KubeRay v1.7.0 (its CRDs and its admission rules), what Ray's autoscaler
+makes of it on the nodes the templates create, the training jobs' placement and NCCL rules, and the image
+its pods run. Where its pods land on the real scheduler (no GPU held at rest, a whole GPU node per worker
+when scaled): tests/test_scheduling_real.py."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from typing import Any
 
 import cdk8s
 import pytest
-from cluster_model import Node, admission_problem, deploy_pods, nodes, pod_templates, quantity, schedule
+from cluster_model import admission_problem, quantity
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
@@ -28,8 +30,7 @@ from llm_infra.k8s_manifests.pod_spec import gpu_node_affinity, nccl_env
 from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
-from llm_infra.ops.deploy_workloads import GPU, Templates
-from llm_infra.ops.upstream_charts import PodTemplate
+from llm_infra.ops.deploy_workloads import Templates, template_nodes
 from manifest_validation import validate_object
 
 RAY_IMAGE = (
@@ -37,13 +38,6 @@ RAY_IMAGE = (
 )
 CONFIGS = {"eks": TrainingConfig(ray_image=RAY_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_IMAGE)}
 KUBERNETES_VERSION = TrainingConfig().kubernetes_version
-# What KubeRay v1.7.0 adds to the pods it builds (ray-operator/controllers/ray/common/pod.go
-# BuildAutoscalerContainer: the autoscaler sidecar in the head pod; common/job.go
-# GetDefaultSubmitterContainer: the K8sJobMode submitter pod, the head's image).
-AUTOSCALER_SIDECAR = {"name": "autoscaler", "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}
-SUBMITTER = {
-    "containers": [{"name": "ray-job-submitter", "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]
-}
 # The AWS DLC pytorch-training images ship torch and numpy (aws/deep-learning-containers release notes,
 # "Important Packages"); Ray and the rest come from workloads/Dockerfile's pip installs.
 DLC_PACKAGES = {"torch", "numpy"}
@@ -141,66 +135,13 @@ def test_the_schema_and_rule_checks_catch_mistakes() -> None:
         assert any(message in p for p in kuberay_problems(broken)), message
 
 
-# ---- no GPU held until work arrives; the work fits when it does -------------------------------
-def ray_pods(cluster_spec: dict[str, Any], name: str, *, workers_running: int, submitter: bool) -> list[PodTemplate]:
-    """The pods KubeRay makes of a RayCluster spec with ``workers_running`` GPU workers."""
-    spec = copy.deepcopy(cluster_spec)
-    head = spec["headGroupSpec"]["template"]["spec"]
-    head["containers"].append({**AUTOSCALER_SIDECAR, "image": head["containers"][0]["image"]})
-    workers(spec)["replicas"] = workers_running
-    pods = pod_templates({"kind": "RayCluster", "metadata": {"name": name}, "spec": spec})
-    return pods + ([PodTemplate(f"Job/{name}-submitter", SUBMITTER)] if submitter else [])
-
-
+# ---- what Ray's autoscaler sees: Ray's own reading of every rendered cluster ---------------------
 @pytest.fixture(scope="module", params=list(CONFIGS))
 def deployment(request, synth) -> tuple[TrainingConfig, Any]:
     config = CONFIGS[request.param]
     return config, synth(config)
 
 
-def cluster_with_deploy_pods(app: Any, config: TrainingConfig) -> list[Node]:
-    hugepages = 2 * config.hugepages_2mib if config.compute == "hyperpod" else 0
-    cluster = nodes(Templates(app.templates), hyperpod_hugepages_mib=hugepages)
-    schedule(deploy_pods(Templates(app.templates)), cluster)
-    return cluster
-
-
-def test_at_rest_the_ray_objects_hold_no_gpu(deployment) -> None:
-    config, app = deployment
-    objects = chart_objects(config)
-    cluster_spec, job = by_kind(objects, "RayCluster")["spec"], by_kind(objects, "RayJob")["spec"]
-    for spec in (cluster_spec, job["rayClusterSpec"]):
-        assert spec["enableInTreeAutoscaling"] is True
-        assert (workers(spec)["replicas"], workers(spec)["minReplicas"]) == (0, 0)
-    cluster = cluster_with_deploy_pods(app, config)
-    redis = [p for o in objects if o["kind"] == "Deployment" for p in pod_templates(o)]
-    schedule(
-        redis
-        + ray_pods(cluster_spec, RAY_CLUSTER, workers_running=0, submitter=False)
-        + ray_pods(job["rayClusterSpec"], "ray-train-raycluster", workers_running=0, submitter=True),
-        cluster,
-    )
-    assert all(n.used.get(GPU, 0) == 0 for n in cluster)
-
-
-def test_when_work_arrives_each_worker_takes_a_whole_gpu_node(deployment) -> None:
-    config, app = deployment
-    objects = chart_objects(config)
-    job = by_kind(objects, "RayJob")["spec"]
-    # The job asks for gpu_nodes x GPUs workers: the autoscaler adds gpu_nodes worker pods.
-    demand = ray_pods(job["rayClusterSpec"], "ray-train-raycluster", workers_running=config.gpu_nodes, submitter=True)
-    # The long-lived cluster may grow to maxReplicas (apart from the job: they share the GPU nodes).
-    cluster_spec = by_kind(objects, "RayCluster")["spec"]
-    full = ray_pods(cluster_spec, RAY_CLUSTER, workers_running=workers(cluster_spec)["maxReplicas"], submitter=False)
-    for pods in (demand, full):
-        cluster = cluster_with_deploy_pods(app, config)
-        placed = schedule(pods, cluster)
-        (worker_pods,) = [p for p in pods if p.name.endswith("/gpu")]
-        assert len(set(placed[worker_pods.name])) == worker_pods.replicas  # one per node, every GPU
-        assert all(n.used.get(GPU, 0) in (0, config.gpu_profile.gpus) for n in cluster)
-
-
-# ---- what Ray's autoscaler sees: Ray's own reading of every rendered cluster ---------------------
 def ray_cluster_crs(config: TrainingConfig) -> dict[str, dict[str, Any]]:
     """Each RayCluster the chart makes, as the autoscaler in its head fetches it from the API server:
     the RayCluster, and the one KubeRay makes of the RayJob's rayClusterSpec (named after the job)."""
@@ -232,7 +173,7 @@ def test_rays_autoscaler_sees_what_the_nodes_and_pods_provide(deployment) -> Non
     # A GPU node as its kubelet registers it, from the synthesized templates: allocatable CPU = the
     # vCPUs (HyperPod: after the instance group's ThreadsPerCore) less the kubelet's reservation.
     hugepages = 2 * config.hugepages_2mib if config.compute == "hyperpod" else 0
-    (gpu_node, *_) = [n for n in nodes(Templates(app.templates), hyperpod_hugepages_mib=hugepages) if n.gpus]
+    (gpu_node, *_) = [n for n in template_nodes(Templates(app.templates), hyperpod_hugepages_mib=hugepages) if n.gpus]
     entrypoint = by_kind(chart_objects(config), "RayJob")["spec"]["entrypoint"]
     for source, cr in ray_cluster_crs(config).items():
         spec = cr["spec"]
@@ -249,12 +190,12 @@ def test_rays_autoscaler_sees_what_the_nodes_and_pods_provide(deployment) -> Non
         }, source
         # A GPU worker: every whole CPU the node allocates to pods, every GPU, its container's memory.
         assert gpu["resources"] == {
-            "CPU": gpu_node.capacity["cpu"] // 1000,
+            "CPU": gpu_node.allocatable["cpu"] // 1000,
             "GPU": gpu_node.gpus,
             "memory": container_memory_bytes(workers(spec)),
         }, source
         assert gpu["resources"]["GPU"] == config.gpu_profile.gpus
-        assert gpu["resources"]["memory"] <= gpu_node.capacity["memory"] * 2**20  # the limit fits the node
+        assert gpu["resources"]["memory"] <= gpu_node.allocatable["memory"] * 2**20  # the limit fits the node
         assert gpu["resources"]["CPU"] >= gpu["resources"]["GPU"]  # Ray Train's default worker: 1 CPU + 1 GPU
         # What the raylet registers: KubeRay hands rayStartParams num-cpus to `ray start` (without it the
         # raylet would count every vCPU of the host), and --num-gpus and --memory from the limits read above.
@@ -302,7 +243,7 @@ def test_workers_are_placed_and_equipped_like_the_training_jobs() -> None:
 def test_no_worker_lands_on_a_node_hyperpod_marked_unhealthy(synth) -> None:
     config = CONFIGS["hyperpod"]
     worker = workers(by_kind(chart_objects(config), "RayCluster")["spec"])["template"]["spec"]
-    (gpu_node, *_) = [n for n in nodes(Templates(synth(config).templates)) if n.gpus]
+    (gpu_node, *_) = [n for n in template_nodes(Templates(synth(config).templates)) if n.gpus]
     assert admission_problem(gpu_node, worker) is None
     for status in ("Unschedulable", "UnschedulablePendingReplacement", "UnschedulablePendingReboot"):
         marked = dataclasses.replace(gpu_node, labels={**gpu_node.labels, HEALTH_STATUS_KEY: status})

@@ -1,12 +1,12 @@
 """compute=hyperpod: the HyperPod training operator add-on with its prerequisites (standalone Pod Identity
-association, cert-manager, Pod Identity agent, EKS Auth endpoint), where its pods land (its controller on
-the HyperPod CPU instance group, whichever way the add-on combines our values with its defaults),
+association, cert-manager, Pod Identity agent, EKS Auth endpoint), the nodes cert-manager is admitted on,
 continuous provisioning, and the config checks that keep the operator to the Kubernetes and PyTorch
-versions it supports and give it a CPU group."""
+versions it supports and give it a CPU group. Where its pods land on the real scheduler (its controller on
+the HyperPod CPU instance group, whichever way the add-on combines our values with its defaults):
+tests/test_scheduling_real.py."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 
@@ -15,7 +15,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Match, Template
-from cluster_model import Node, Unschedulable, admission_problem, installed_pods, nodes, schedule
+from cluster_model import admission_problem, installed_pods
 
 from conftest import hyperpod_config
 from llm_infra import config as config_module
@@ -25,14 +25,8 @@ from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInsta
 from llm_infra.constructs.hyperpod_training_operator import HyperPodTrainingOperator
 from llm_infra.constructs.training_cluster import TrainingCluster
 from llm_infra.node_labels import NODE_ROLE_LABEL
-from llm_infra.ops.deploy_workloads import Templates, applied_objects
-from llm_infra.ops.upstream_charts import (
-    HELM_MERGE,
-    HYPERPOD_COMPUTE_TYPE_LABEL,
-    HYPERPOD_TRAINING_OPERATOR_CONTROLLER,
-    REPLACE,
-    VALUE_MERGES,
-)
+from llm_infra.ops.deploy_workloads import NodeSpec, Templates, applied_objects, template_nodes
+from llm_infra.ops.upstream_charts import HYPERPOD_COMPUTE_TYPE_LABEL, VALUE_MERGES
 from llm_infra.versions import HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 OPERATOR = "amazon-sagemaker-hyperpod-training-operator"
@@ -143,54 +137,19 @@ def test_operator_off_installs_neither_it_nor_cert_manager(without_operator) -> 
     assert OPERATOR_NAMESPACE not in {a["Properties"]["Namespace"] for a in associations}
 
 
-# ---- where its pods land -------------------------------------------------------------------------
-# The first version's values (the system nodes): if the add-on merges them as Helm does, the default
-# compute-type key stays, and no node is both a system node and a HyperPod node.
-SYSTEM_NODE_VALUES = {"hpTrainingControllerManager": {"nodeSelector": {NODE_ROLE_LABEL: "system"}}}
+# ---- where cert-manager may run -------------------------------------------------------------------
+CERT_MANAGER_PODS = ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")
 
 
-def with_operator_values(app, values: dict) -> Templates:
-    """The app's templates with the operator add-on's ConfigurationValues replaced."""
-    templates = copy.deepcopy(app.templates)
-    for template in templates.values():
-        for resource in template["Resources"].values():
-            if resource["Type"] == "AWS::EKS::Addon" and resource["Properties"]["AddonName"] == OPERATOR:
-                resource["Properties"]["ConfigurationValues"] = json.dumps(values)
-    return Templates(templates)
-
-
-def hyperpod_cpu_nodes(cluster: list[Node]) -> set[str]:
+def hyperpod_cpu_nodes(cluster: list[NodeSpec]) -> set[str]:
     return {n.name for n in cluster if HYPERPOD_COMPUTE_TYPE_LABEL in n.labels and not n.gpus and not n.taints}
 
 
 @pytest.mark.parametrize("merge", VALUE_MERGES)
-def test_controller_runs_on_the_hyperpod_cpu_group_however_the_addon_combines_values(hyperpod_app, merge) -> None:
+def test_cert_manager_is_admitted_only_on_untainted_nodes(hyperpod_app, merge) -> None:
     templates = Templates(hyperpod_app.templates)
-    cluster = nodes(templates)
-    placed = schedule(installed_pods(templates, merge=merge), cluster)
-    assert hyperpod_cpu_nodes(cluster), "the HyperPod cluster has a CPU group"
-    (node,) = placed[HYPERPOD_TRAINING_OPERATOR_CONTROLLER]
-    assert node in hyperpod_cpu_nodes(cluster)
-
-
-def test_system_node_values_leave_the_controller_pending_if_the_addon_merges(hyperpod_app) -> None:
-    templates = with_operator_values(hyperpod_app, SYSTEM_NODE_VALUES)
-    cluster = nodes(templates)
-    (node,) = schedule(installed_pods(templates, merge=REPLACE), cluster)[HYPERPOD_TRAINING_OPERATOR_CONTROLLER]
-    assert {n.name: n for n in cluster}[node].labels[NODE_ROLE_LABEL] == "system"
-    with pytest.raises(Unschedulable, match=f"{HYPERPOD_TRAINING_OPERATOR_CONTROLLER} replica 0 fits no node"):
-        schedule(installed_pods(templates, merge=HELM_MERGE), nodes(templates))
-
-
-CERT_MANAGER_PODS = ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")
-
-
-@pytest.mark.parametrize("merge", VALUE_MERGES)
-def test_cert_manager_runs_only_on_untainted_nodes(hyperpod_app, merge) -> None:
-    templates = Templates(hyperpod_app.templates)
-    cluster = nodes(templates)
+    cluster = template_nodes(templates)
     pods = installed_pods(templates, merge=merge)
-    placed = schedule(pods, cluster)
     untainted = {n.name for n in cluster if not n.taints}
     system = {n.name for n in cluster if n.labels.get(NODE_ROLE_LABEL) == "system"}
     assert system and system | hyperpod_cpu_nodes(cluster) == untainted
@@ -198,7 +157,6 @@ def test_cert_manager_runs_only_on_untainted_nodes(hyperpod_app, merge) -> None:
     assert {pod.name for pod in cert_manager} == set(CERT_MANAGER_PODS)
     for pod in cert_manager:
         assert {n.name for n in cluster if admission_problem(n, pod.spec) is None} == untainted, pod.name
-        assert placed[pod.name] and set(placed[pod.name]) <= untainted
 
 
 def test_jobs_applied_at_deploy_wait_for_the_operator(synth) -> None:

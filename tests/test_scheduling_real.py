@@ -1,0 +1,373 @@
+"""Scheduling outcomes from the real kube-scheduler, DaemonSet/Job controllers and operators (issue 22), in
+place of the Python scheduler model these assertions ran on before (tests/cluster_model.py keeps only the
+per-node checks a scheduler cannot answer, and says why).
+
+One rehearsal per compute mode (``llm_infra.ops.rehearse``: the templated nodes as KWOK nodes, the deploy,
+each job of ``dist/`` on its own), with steps added for what the tests below read: a HyperPodPyTorchJob's
+pods as its closed-source operator would make them (``job_pods`` of tests/hyperpod_operator.py), the Ray
+job left at rest, the RayCluster scaled to every GPU node, a validation job while Ray holds them, and
+(HyperPod) the training operator add-on's pods under each way the add-on may combine values. Skips
+without ``make k8s``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster_model import installed_pods, pod_requests, pod_templates
+from hyperpod_operator import job_pods
+
+from conftest import RAY_TEST_IMAGE, hyperpod_config
+from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.render import write_dist
+from llm_infra.node_labels import NODE_ROLE_LABEL
+from llm_infra.ops import control_plane
+from llm_infra.ops.deploy_workloads import EFA, GPU, NodeSpec, Templates
+from llm_infra.ops.rehearse import (
+    DEPLOY_STEP,
+    REQUIRED_COMPONENTS,
+    SIMULATION,
+    Applied,
+    PodResult,
+    Report,
+    Step,
+    plan,
+    rehearse,
+)
+from llm_infra.ops.upstream_charts import (
+    HELM_MERGE,
+    HYPERPOD_COMPUTE_TYPE_LABEL,
+    HYPERPOD_TRAINING_OPERATOR_CONTROLLER,
+    REPLACE,
+    VALUE_MERGES,
+)
+
+BIN_DIR = control_plane.default_bin_dir()
+CONFIGS = {"eks": TrainingConfig(ray_image=RAY_TEST_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_TEST_IMAGE)}
+# What stays free on the system nodes once everything that lands there runs: room for a rolling update's
+# surge pods and for add-ons that grow with the cluster (CoreDNS, the CloudWatch agent's buffers).
+SYSTEM_HEADROOM = 0.2
+RAY_AT_REST = "the Ray job at rest"
+RAY_EVERY_GPU_NODE = "the RayCluster's GPU workers on every GPU node"
+BLOCKED = "validation-1-health while Ray holds every GPU node"
+VARIANTS = "the training operator add-on's pods, per way of combining values"
+VARIANTS_NAMESPACE = "placement-variants"
+# The operator add-on's first values (its controller on the system nodes): if the add-on merges them as Helm
+# does, the default compute-type key stays, and no node is both a system node and a HyperPod node.
+SYSTEM_NODE_VALUES = {"hpTrainingControllerManager": {"nodeSelector": {NODE_ROLE_LABEL: "system"}}}
+OPERATOR_ADDON = "amazon-sagemaker-hyperpod-training-operator"
+CERT_MANAGER_PODS = ("cert-manager", "cert-manager-webhook", "cert-manager-cainjector")
+# job -> (dist file, the object whose pods it is)
+ON_DEMAND = {
+    "validation-1-health": ("validation", "validation-1-health"),
+    "validation-2-allreduce": ("validation", "validation-2-allreduce"),
+    "validation-3-training": ("validation", "validation-3-training"),
+    "training-job": ("training-job", "train"),
+    "recipe-data-prep": ("llama2-7b-1-data-prep", "llama2-7b-data-prep"),
+    "recipe-train": ("llama2-7b-2-train", "llama2-7b"),
+    "ray": ("kuberay", "ray-train"),
+}
+
+
+@dataclass
+class Rehearsed:
+    config: TrainingConfig
+    dist: Path
+    nodes: dict[str, NodeSpec]  # by Node name
+    steps: list[Step]
+    report: Report
+    live: list[dict[str, Any]]  # the pods left at the end (the deploy's and the kept steps')
+
+    def pods(self, step: str) -> list[PodResult]:
+        return [p for p in self.report.pods if p.step == step]
+
+    def step_of(self, file: str, name: str) -> Step:
+        (step,) = [s for s in self.steps if s.name.startswith(f"{file}.k8s.yaml: ") and s.name.endswith(f"/{name}")]
+        return step
+
+    def gpu_nodes(self) -> set[str]:
+        return {name for name, node in self.nodes.items() if node.gpus}
+
+    def role(self, role: str) -> set[str]:
+        return {name for name, node in self.nodes.items() if node.labels.get(NODE_ROLE_LABEL) == role}
+
+    def live_pod(self, result: PodResult) -> dict[str, Any]:
+        (pod,) = [
+            p
+            for p in self.live
+            if (p["metadata"]["namespace"], p["metadata"]["name"]) == (result.namespace, result.name)
+        ]
+        return pod
+
+
+def dist_objects(dist: Path, file: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all((dist / f"{file}.k8s.yaml").read_text()) if doc]
+
+
+def _renamed(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    """A copy under another name: a deleted object of the same name may still be finalizing."""
+    obj = copy.deepcopy(obj)
+    obj["metadata"]["name"] = name
+    return obj
+
+
+def operator_variants(templates: Templates) -> list[dict[str, Any]]:
+    """The HyperPod training operator add-on's controller and cert-manager as Deployments, one per way of
+    combining values (our values, and SYSTEM_NODE_VALUES), named ``<pod>--<values>--<merge>``."""
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": VARIANTS_NAMESPACE}}
+    ]
+    system_values = copy.deepcopy(templates.templates)
+    for template in system_values.values():
+        for resource in template["Resources"].values():
+            if resource["Type"] == "AWS::EKS::Addon" and resource["Properties"]["AddonName"] == OPERATOR_ADDON:
+                resource["Properties"]["ConfigurationValues"] = json.dumps(SYSTEM_NODE_VALUES)
+    for values, variant in (("ours", templates), ("system", Templates(system_values))):
+        for merge in VALUE_MERGES:
+            for pod in installed_pods(variant, merge=merge):
+                if pod.name not in (HYPERPOD_TRAINING_OPERATOR_CONTROLLER, *CERT_MANAGER_PODS):
+                    continue
+                name = f"{pod.name}--{values}--{merge}"
+                spec = copy.deepcopy(pod.spec)
+                for container in spec["containers"]:
+                    container.setdefault("image", "modelled.invalid/variant:1")
+                objects.append(
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "metadata": {"name": name, "namespace": VARIANTS_NAMESPACE},
+                        "spec": {
+                            "replicas": 1,
+                            "selector": {"matchLabels": {"variant": name}},
+                            "template": {"metadata": {"labels": {**pod.labels, "variant": name}}, "spec": spec},
+                        },
+                    }
+                )
+    return objects
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def rehearsed(request, synth, tmp_path_factory) -> Iterator[Rehearsed]:
+    operators = ("training-operator", "kuberay-operator")
+    absent = control_plane.missing_binaries(BIN_DIR, (*REQUIRED_COMPONENTS, *operators))
+    if absent:
+        pytest.skip(
+            f"real control plane: {', '.join(absent)} not built in {BIN_DIR}; run `make k8s` "
+            f"or set {control_plane.BIN_DIR_VARIABLE} to prebuilt binaries"
+        )
+    config = CONFIGS[request.param]
+    app = synth(config)
+    dist = tmp_path_factory.mktemp(f"dist-{request.param}")
+    write_dist(config, dist)  # no outputs file: the FSx volume is the templates' (a second one would clash)
+    rehearsal = plan(config, app.outdir, dist, nodes_per_group=0)
+    steps = []
+    for step in rehearsal.steps:
+        (job, *_) = step.objects
+        if job.obj["kind"] == "HyperPodPyTorchJob":
+            step = Step(step.name, tuple(Applied(p, job.origin) for p in job_pods(job.obj)), True)
+        steps.append(step)
+    (ray_job,) = [o for o in dist_objects(dist, "kuberay") if o["kind"] == "RayJob"]
+    (ray_cluster,) = [o for o in dist_objects(dist, "kuberay") if o["kind"] == "RayCluster"]
+    scaled = copy.deepcopy(ray_cluster)
+    scaled["spec"]["workerGroupSpecs"][0]["replicas"] = config.gpu_nodes  # as the autoscaler does
+    (health,) = [o for o in dist_objects(dist, "validation") if o["metadata"]["name"] == "validation-1-health"]
+    steps += [
+        Step(RAY_AT_REST, (Applied(_renamed(ray_job, "ray-at-rest"), "kuberay.k8s.yaml"),)),
+        Step(RAY_EVERY_GPU_NODE, (Applied(scaled, "kuberay.k8s.yaml, scaled"),)),
+        Step(BLOCKED, (Applied(_renamed(health, "validation-1-health-blocked"), "validation.k8s.yaml"),)),
+    ]
+    if config.compute == "hyperpod":
+        steps.append(Step(VARIANTS, tuple(Applied(o, "test") for o in operator_variants(Templates(app.templates)))))
+    rehearsal.steps = steps
+    with control_plane.ControlPlane(BIN_DIR, components=(*SIMULATION, *operators)) as cp:
+        report = rehearse(rehearsal, cp, timeout=60.0)
+        live = json.loads(cp.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+    yield Rehearsed(config, dist, {n.name.lower(): n for n in rehearsal.nodes}, steps, report, live)
+
+
+def _named(pods: list[PodResult], prefix: str) -> list[PodResult]:
+    """The pods of the workload ``prefix`` (its pods are ``<prefix>-<hash>[-<id>]``)."""
+    return [p for p in pods if p.name.startswith(f"{prefix}-") and p.name[len(prefix) + 1 :].count("-") <= 1]
+
+
+# ---- device plugins and what deploy applies ---------------------------------------------------
+def test_device_plugins_run_on_exactly_the_nodes_they_serve(rehearsed: Rehearsed) -> None:
+    deploy = rehearsed.pods(DEPLOY_STEP)
+    gpu_nodes = rehearsed.gpu_nodes()
+    assert len(gpu_nodes) == rehearsed.config.gpu_nodes, "the template creates the GPU nodes"
+    nvidia = _named(deploy, "nvidia-device-plugin")
+    efa = _named(deploy, "aws-efa-k8s-device-plugin")
+    assert sorted(p.node for p in nvidia) == sorted(gpu_nodes)
+    assert sorted(p.node for p in efa) == sorted(n for n, spec in rehearsed.nodes.items() if spec.efa_devices)
+    assert all(p.phase == "Running" for p in nvidia + efa)
+    for node in rehearsed.report.nodes:  # what the plugins then advertise
+        allocatable = node["allocatable"]
+        if node["name"] in gpu_nodes:
+            assert allocatable[GPU] == str(rehearsed.config.gpu_profile.gpus), node
+            assert allocatable[EFA] == str(rehearsed.config.gpu_profile.efa_interfaces), node
+        else:
+            assert GPU not in allocatable and EFA not in allocatable, node
+
+
+def test_every_deploy_time_pod_runs_and_none_holds_a_gpu(rehearsed: Rehearsed) -> None:
+    deploy = rehearsed.pods(DEPLOY_STEP)
+    assert deploy and all(p.phase == "Running" and p.node for p in deploy), [p for p in deploy if not p.ok]
+    assert not [f for f in rehearsed.report.refused if f.step == DEPLOY_STEP]
+    assert not [f for f in rehearsed.report.failed_creates if f.step == DEPLOY_STEP]
+    assert _named(deploy, "kuberay-operator") and _named(deploy, "training-operator")
+    assert len(_named(deploy, "coredns")) == 2
+    for result in deploy:
+        requests = pod_requests(rehearsed.live_pod(result)["spec"])
+        assert not requests.get(GPU) and not requests.get(EFA), f"{result.name} holds {requests}"
+    # and so every GPU of every GPU node is free for a job that wants them all (below).
+
+
+@pytest.mark.parametrize("job", list(ON_DEMAND))
+def test_each_on_demand_job_runs_beside_what_deploy_applied(rehearsed: Rehearsed, job: str) -> None:
+    step = rehearsed.step_of(*ON_DEMAND[job])
+    pods = rehearsed.pods(step.name)
+    assert pods and all(p.ok and p.node for p in pods), pods
+    wanted = [
+        t
+        for a in step.objects
+        for t in (pod_templates(a.obj) if a.obj["kind"] != "Pod" else [])
+        if pod_requests(t.spec).get(GPU)
+    ]
+    gpu_pods = [p for p in pods if p.node in rehearsed.gpu_nodes()]
+    if step.objects[0].obj["kind"] == "Pod":  # a HyperPodPyTorchJob's pods, as its operator makes them
+        wanted_count = sum(1 for a in step.objects if pod_requests(a.obj["spec"]).get(GPU))
+    else:
+        wanted_count = sum(t.replicas for t in wanted)
+    # a GPU job takes whole nodes: one pod per GPU node, every GPU
+    if wanted_count:
+        assert len(gpu_pods) == wanted_count and len({p.node for p in gpu_pods}) == wanted_count, gpu_pods
+    if job == "ray":  # the long-lived RayCluster and Redis are applied at deploy
+        deploy = rehearsed.pods(DEPLOY_STEP)
+        assert [p for p in deploy if p.name.startswith("ray-head-")] and _named(deploy, "ray-gcs-redis")
+
+
+# ---- the system nodes --------------------------------------------------------------------------
+def system_load(rehearsed: Rehearsed) -> dict[str, int]:
+    """Per resource, what the pods the real scheduler bound to the system nodes request: the deploy's,
+    both Ray heads (the RayCluster's and the Ray job's cluster), Redis, the submitter (counted though done)."""
+    system = rehearsed.role("system")
+    load: dict[str, int] = {}
+    for pod in rehearsed.live:
+        if pod["spec"].get("nodeName") in system and pod["metadata"]["namespace"] != VARIANTS_NAMESPACE:
+            for resource, amount in pod_requests(pod["spec"]).items():
+                load[resource] = load.get(resource, 0) + amount
+    return load
+
+
+def test_system_nodes_hold_what_lands_there_with_headroom(rehearsed: Rehearsed) -> None:
+    names = {p["metadata"]["name"] for p in rehearsed.live if p["spec"].get("nodeName") in rehearsed.role("system")}
+    assert any(n.startswith("ray-head-") for n in names) and any(n.startswith("ray-at-rest-") for n in names)
+    load = system_load(rehearsed)
+    system = [rehearsed.nodes[n] for n in rehearsed.role("system")]
+    for resource in ("cpu", "memory"):
+        allocatable = sum(n.allocatable[resource] for n in system)
+        assert load[resource] <= (1 - SYSTEM_HEADROOM) * allocatable, (
+            f"system nodes: {resource} {load[resource]} of {allocatable} requested; raise system_nodes "
+            f"(now {rehearsed.config.system_nodes}) or system_instance_type"
+        )
+
+
+def test_one_system_node_would_not_hold_it(rehearsed: Rehearsed) -> None:
+    """The check above can fail: one system node of the default type has less memory than the same pods ask."""
+    (one, *_) = [rehearsed.nodes[n] for n in sorted(rehearsed.role("system"))]
+    assert system_load(rehearsed)["memory"] > one.allocatable["memory"]
+
+
+# ---- Ray: no GPU held until work arrives; the work fits when it does ---------------------------
+def test_at_rest_the_ray_objects_hold_no_gpu(rehearsed: Rehearsed) -> None:
+    at_rest = rehearsed.pods(RAY_AT_REST)
+    ray_job = rehearsed.pods(rehearsed.step_of("kuberay", "ray-train").name)
+    deploy_ray = [p for p in rehearsed.pods(DEPLOY_STEP) if p.name.startswith(("ray-head-", "ray-gcs-redis-"))]
+    # The head (with KubeRay's autoscaler sidecar), Redis, the submitter: nothing else, on no GPU node.
+    assert len(at_rest) == 2 and len(ray_job) == 2 and len(deploy_ray) == 2
+    for pod in at_rest + ray_job + deploy_ray:
+        assert pod.ok and pod.node not in rehearsed.gpu_nodes(), pod
+    for pod in at_rest + deploy_ray:
+        assert not pod_requests(rehearsed.live_pod(pod)["spec"]).get(GPU)
+    # Both clusters scale on demand: KubeRay gave each head the autoscaler (enableInTreeAutoscaling).
+    heads = [rehearsed.live_pod(p) for p in at_rest + deploy_ray if "-head-" in p.name]
+    assert len(heads) == 2
+    for head in heads:
+        assert "autoscaler" in [c["name"] for c in head["spec"]["containers"]], head["metadata"]["name"]
+
+
+def test_when_work_arrives_each_ray_worker_takes_a_whole_gpu_node(rehearsed: Rehearsed) -> None:
+    workers = rehearsed.pods(RAY_EVERY_GPU_NODE)
+    assert len(workers) == rehearsed.config.gpu_nodes
+    assert all(p.phase == "Running" for p in workers) and {p.node for p in workers} == rehearsed.gpu_nodes()
+    for pod in workers:
+        assert pod_requests(rehearsed.live_pod(pod)["spec"])[GPU] == rehearsed.config.gpu_profile.gpus
+    # The Ray job's cluster has the same GPU workers, and both may grow to every GPU node, no further.
+    (ray_job,) = [o for o in dist_objects(rehearsed.dist, "kuberay") if o["kind"] == "RayJob"]
+    (ray_cluster,) = [o for o in dist_objects(rehearsed.dist, "kuberay") if o["kind"] == "RayCluster"]
+    (job_group,) = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    (group,) = ray_cluster["spec"]["workerGroupSpecs"]
+    assert job_group["template"] == group["template"]
+    assert job_group["maxReplicas"] == group["maxReplicas"] == rehearsed.config.gpu_nodes
+
+
+def test_the_validation_job_cannot_run_while_ray_holds_every_gpu_node(rehearsed: Rehearsed) -> None:
+    blocked = rehearsed.pods(BLOCKED)
+    assert blocked and all(p.phase == "Pending" and not p.node for p in blocked), blocked
+    assert all("Insufficient nvidia.com/gpu" in p.reason for p in blocked), blocked
+    assert not rehearsed.report.passed
+
+
+# ---- the HyperPod training operator add-on: where its pods land, however it combines values ------
+def _variant(rehearsed: Rehearsed, pod: str, values: str, merge: str) -> list[PodResult]:
+    """The pods of one variant's Deployment, by their ``variant`` label: a pod's generated name cuts a long
+    Deployment name short (``...--system--helm-merg<random>``)."""
+    assert not [f for f in rehearsed.report.refused if f.step == VARIANTS], rehearsed.report.refused
+    name = f"{pod}--{values}--{merge}"
+    return [p for p in rehearsed.pods(VARIANTS) if rehearsed.live_pod(p)["metadata"]["labels"].get("variant") == name]
+
+
+def _hyperpod_cpu_nodes(rehearsed: Rehearsed) -> set[str]:
+    return {
+        n for n, s in rehearsed.nodes.items() if HYPERPOD_COMPUTE_TYPE_LABEL in s.labels and not s.gpus and not s.taints
+    }
+
+
+@pytest.mark.parametrize("merge", VALUE_MERGES)
+def test_controller_runs_on_the_hyperpod_cpu_group_however_the_addon_combines_values(rehearsed, merge) -> None:
+    if rehearsed.config.compute != "hyperpod":
+        pytest.skip("the HyperPod training operator runs in compute=hyperpod")
+    assert _hyperpod_cpu_nodes(rehearsed), "the HyperPod cluster has a CPU group"
+    (pod,) = _variant(rehearsed, HYPERPOD_TRAINING_OPERATOR_CONTROLLER, "ours", merge)
+    assert pod.phase == "Running" and pod.node in _hyperpod_cpu_nodes(rehearsed)
+    if merge == HELM_MERGE:  # as the deploy itself has it
+        (deployed,) = _named(rehearsed.pods(DEPLOY_STEP), HYPERPOD_TRAINING_OPERATOR_CONTROLLER)
+        assert deployed.node in _hyperpod_cpu_nodes(rehearsed)
+
+
+def test_system_node_values_leave_the_controller_pending_if_the_addon_merges(rehearsed) -> None:
+    if rehearsed.config.compute != "hyperpod":
+        pytest.skip("the HyperPod training operator runs in compute=hyperpod")
+    (replaced,) = _variant(rehearsed, HYPERPOD_TRAINING_OPERATOR_CONTROLLER, "system", REPLACE)
+    assert replaced.phase == "Running" and replaced.node in rehearsed.role("system")
+    (merged,) = _variant(rehearsed, HYPERPOD_TRAINING_OPERATOR_CONTROLLER, "system", HELM_MERGE)
+    assert merged.phase == "Pending" and not merged.node
+    assert "didn't match Pod's node affinity/selector" in merged.reason, merged
+
+
+@pytest.mark.parametrize("merge", VALUE_MERGES)
+def test_cert_manager_runs_only_on_untainted_nodes(rehearsed, merge) -> None:
+    if rehearsed.config.compute != "hyperpod":
+        pytest.skip("cert-manager is installed for the HyperPod training operator")
+    untainted = {n for n, s in rehearsed.nodes.items() if not s.taints}
+    assert rehearsed.role("system") and rehearsed.role("system") | _hyperpod_cpu_nodes(rehearsed) == untainted
+    for name in CERT_MANAGER_PODS:
+        (pod,) = _variant(rehearsed, name, "ours", merge)
+        assert pod.phase == "Running" and pod.node in untainted, pod
