@@ -7,6 +7,7 @@ from typing import Any
 import cdk8s
 from constructs import Construct
 
+from llm_infra.instance_types import kubelet_reserved_millicpu
 from llm_infra.k8s_manifests.objects import api_object
 from llm_infra.k8s_manifests.pod_spec import WORKLOADS_MOUNT, gpu_pod_spec, volume_mounts, volumes
 from llm_infra.k8s_manifests.values import WorkloadValues
@@ -27,13 +28,6 @@ RAY_ENV = {"PYTHONPATH": WORKLOADS_MOUNT, "RAY_USAGE_STATS_ENABLED": "0"}
 # HyperPod's GPU instance group runs one thread per core (constructs/hyperpod_cluster.py,
 # HyperPodInstanceGroup.threads_per_core): its nodes show half the instance's vCPUs.
 HYPERPOD_GPU_THREADS_PER_CORE = 1
-
-
-def kubelet_reserved_millicpu(vcpus: int) -> float:
-    """The CPU (millicores) the kubelet of the EKS-optimized AMI keeps from pods (kube-reserved), as the AMI's
-    bootstrap computes it: 6 % of the first core, 1 % of the second, 0.5 % of the next two, 0.25 % of the
-    rest. HyperPod's EKS AMI is assumed to reserve the same (tests/cluster_model.py models both so)."""
-    return 60 + (10 if vcpus > 1 else 0) + 5 * min(max(vcpus - 2, 0), 2) + 2.5 * max(vcpus - 4, 0)
 
 
 def gpu_worker_cpus(values: WorkloadValues) -> int:

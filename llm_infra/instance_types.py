@@ -77,3 +77,10 @@ def instance_profile(instance_type: str) -> InstanceProfile:
     except KeyError:
         allowed = ", ".join(sorted(INSTANCE_PROFILES))
         raise ValueError(f"unknown GPU instance type {instance_type!r}; supported: {allowed}") from None
+
+
+def kubelet_reserved_millicpu(vcpus: int) -> float:
+    """The CPU (millicores) the kubelet of the EKS-optimized AMI keeps from pods (kube-reserved), as the AMI's
+    bootstrap computes it: 6 % of the first core, 1 % of the second, 0.5 % of the next two, 0.25 % of the
+    rest. HyperPod's EKS AMI is assumed to reserve the same."""
+    return 60 + (10 if vcpus > 1 else 0) + 5 * min(max(vcpus - 2, 0), 2) + 2.5 * max(vcpus - 4, 0)

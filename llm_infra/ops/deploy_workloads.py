@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_infra.instance_types import INSTANCE_PROFILES
+from llm_infra.instance_types import INSTANCE_PROFILES, kubelet_reserved_millicpu
 from llm_infra.node_labels import HEALTH_STATUS_KEY, HEALTH_STATUS_SCHEDULABLE, INSTANCE_TYPE_LABEL
 from llm_infra.ops.upstream_charts import (
     ADDON_NAMESPACES,
@@ -154,12 +154,11 @@ class NodeSpec:
 def _resources(instance_type: str, vcpus: int, memory_gib: int, hugepages_mib: int) -> tuple[dict[str, int], ...]:
     """(capacity, allocatable) of a node."""
     max_pods = MAX_PODS.get(instance_type.removeprefix("ml."), 110)
-    reserved_cpu = 60 + (10 if vcpus > 1 else 0) + 5 * min(max(vcpus - 2, 0), 2) + 2.5 * max(vcpus - 4, 0)
     reserved_memory = 11 * max_pods + 255 + 100
     capacity = {"cpu": vcpus * 1000, "memory": memory_gib * 1024, HUGEPAGES: hugepages_mib, "pods": max_pods}
     allocatable = {
         **capacity,
-        "cpu": vcpus * 1000 - int(reserved_cpu),
+        "cpu": vcpus * 1000 - int(kubelet_reserved_millicpu(vcpus)),
         "memory": memory_gib * 1024 - reserved_memory - hugepages_mib,
     }
     return capacity, allocatable
