@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import threading
 from datetime import UTC, datetime
 from typing import Any
+
+from kwok_cluster import Loop
 
 from llm_infra.ops.kube import Kube
 
@@ -71,40 +72,17 @@ def job_pods(job: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-class HyperPodOperatorStandIn:
-    """Reconcile every HyperPodPyTorchJob in ``namespace`` every ``tick`` seconds, in a thread; use as a
-    context manager. An error in the thread is raised on exit."""
+class HyperPodOperatorStandIn(Loop):
+    """Reconcile every HyperPodPyTorchJob in ``namespace`` every ``tick`` seconds, while the context is open."""
 
     def __init__(self, kubeconfig: str, namespace: str, *, tick: float = 0.1) -> None:
-        self.kubeconfig = kubeconfig
+        super().__init__(kubeconfig, tick)
         self.namespace = namespace
-        self.tick = tick
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> HyperPodOperatorStandIn:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        kube = Kube.connect(kubeconfig=self.kubeconfig, context=None)
-        try:
-            while not self._stop.is_set():
-                for job in kube.list(API_VERSION, KIND, namespace=self.namespace):
-                    if not job["metadata"].get("deletionTimestamp"):
-                        self.reconcile(kube, job)
-                self._stop.wait(self.tick)
-        except BaseException as err:  # raised again in the test's thread
-            self._error = err
-        finally:
-            kube.close()
+    def step(self, kube: Kube) -> None:
+        for job in kube.list(API_VERSION, KIND, namespace=self.namespace):
+            if not job["metadata"].get("deletionTimestamp"):
+                self.reconcile(kube, job)
 
     def reconcile(self, kube: Kube, job: dict[str, Any]) -> None:
         conditions = (job.get("status") or {}).get("conditions") or []

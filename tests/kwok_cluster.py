@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -541,21 +541,21 @@ def serve_log(kube: Kube, workdir: Path, pod: dict[str, Any], text: str) -> None
     )
 
 
-class PodRuntime:
-    """The containers of the jobs' pods on KWOK's nodes: once a pod runs, its log (``payload``) is served
-    through the API server, then the pod ends with the payload's exit code (or keeps running). ``jobs``:
-    the jobs whose pods it ran, in order. Use as a context manager; an error in its thread is raised on exit."""
+class Loop:
+    """A component the tests play: :meth:`step` every ``tick`` seconds in a thread, with its own API client,
+    while the context is open; an error in the thread is raised when it closes."""
 
-    def __init__(self, cluster: KwokCluster, payload: Payload) -> None:
-        self.cluster = cluster
-        self.payload = payload
-        self.done: set[str] = set()  # the pods' uids
-        self.jobs: list[str] = []
+    def __init__(self, kubeconfig: str, tick: float) -> None:
+        self.kubeconfig = kubeconfig
+        self.tick = tick
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> PodRuntime:
+    def step(self, kube: Kube) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -566,20 +566,36 @@ class PodRuntime:
             raise self._error
 
     def _run(self) -> None:
-        kube = Kube.connect(kubeconfig=str(self.cluster.plane.kubeconfig), context=None)
+        kube = Kube.connect(kubeconfig=self.kubeconfig, context=None)
         try:
             while not self._stop.is_set():
-                for pod in kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=JOB_LABEL):
-                    uid = pod["metadata"]["uid"]
-                    running = (pod.get("status") or {}).get("phase") == "Running"
-                    if running and uid not in self.done and not pod["metadata"].get("deletionTimestamp"):
-                        self._finish(kube, pod)
-                        self.done.add(uid)
-                self._stop.wait(0.05)
+                self.step(kube)
+                self._stop.wait(self.tick)
         except BaseException as err:  # raised again in the test's thread
             self._error = err
         finally:
             kube.close()
+
+
+class PodRuntime(Loop):
+    """The containers of the jobs' pods on KWOK's nodes: once a pod runs, its log (``payload``) is served
+    through the API server, then the pod ends with the payload's exit code (or keeps running). ``jobs``:
+    the jobs whose pods it ran, in order."""
+
+    def __init__(self, cluster: KwokCluster, payload: Payload) -> None:
+        super().__init__(str(cluster.plane.kubeconfig), tick=0.05)
+        self.cluster = cluster
+        self.payload = payload
+        self.done: set[str] = set()  # the pods' uids
+        self.jobs: list[str] = []
+
+    def step(self, kube: Kube) -> None:
+        for pod in kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=JOB_LABEL):
+            uid = pod["metadata"]["uid"]
+            running = (pod.get("status") or {}).get("phase") == "Running"
+            if running and uid not in self.done and not pod["metadata"].get("deletionTimestamp"):
+                self._finish(kube, pod)
+                self.done.add(uid)
 
     def _finish(self, kube: Kube, pod: dict[str, Any]) -> None:
         from kubernetes.dynamic.exceptions import NotFoundError

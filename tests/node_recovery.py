@@ -21,12 +21,11 @@ What plays what:
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kwok_cluster import NAMESPACE, KwokCluster, pod_index, serve_log
+from kwok_cluster import NAMESPACE, KwokCluster, Loop, pod_index, serve_log
 
 from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
 from llm_infra.node_labels import HEALTH_STATUS_KEY
@@ -36,7 +35,7 @@ PENDING = "UnschedulablePending"  # HyperPod's PendingReplacement / PendingReboo
 
 
 @dataclass
-class NodeRecovery:
+class NodeRecovery(Loop):
     cluster: KwokCluster
     node: str
     job: str  # the training job's name (its pods carry JOB_LABEL=job)
@@ -51,38 +50,15 @@ class NodeRecovery:
     fault_at: float | None = None  # when it saw it (time.time())
     done: list[str] = field(default_factory=list)  # the steps taken, in order
     _labels: dict[str, str] = field(default_factory=dict)  # the node's labels before the fault
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _error: BaseException | None = None
-    _thread: threading.Thread | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(str(self.cluster.plane.kubeconfig), tick=0.05)
 
     @property
     def replacement(self) -> str:
         return f"{self.node}-replacement" if self.replace else self.node
 
-    def __enter__(self) -> NodeRecovery:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(timeout=30)
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        kube = Kube.connect(kubeconfig=str(self.cluster.plane.kubeconfig), context=None)
-        try:
-            while not self._stop.is_set():
-                self._step(kube)
-                self._stop.wait(0.05)
-        except BaseException as err:  # raised again in the test's thread
-            self._error = err
-        finally:
-            kube.close()
-
-    def _step(self, kube: Kube) -> None:
+    def step(self, kube: Kube) -> None:
         if self.fault_at is None:
             node = kube.get("v1", "Node", self.node) or {}
             labels = (node.get("metadata") or {}).get("labels") or {}
