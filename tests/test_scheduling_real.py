@@ -334,16 +334,19 @@ def _variant(rehearsed: Rehearsed, pod: str, values: str, merge: str) -> list[Po
     return [p for p in rehearsed.pods(VARIANTS) if rehearsed.live_pod(p)["metadata"]["labels"].get("variant") == name]
 
 
+# The HyperPod training operator add-on (and cert-manager for it) is installed in compute=hyperpod only.
+HYPERPOD_ONLY = pytest.mark.parametrize("rehearsed", ["hyperpod"], indirect=True)
+
+
 def _hyperpod_cpu_nodes(rehearsed: Rehearsed) -> set[str]:
     return {
         n for n, s in rehearsed.nodes.items() if HYPERPOD_COMPUTE_TYPE_LABEL in s.labels and not s.gpus and not s.taints
     }
 
 
+@HYPERPOD_ONLY
 @pytest.mark.parametrize("merge", VALUE_MERGES)
 def test_controller_runs_on_the_hyperpod_cpu_group_however_the_addon_combines_values(rehearsed, merge) -> None:
-    if rehearsed.config.compute != "hyperpod":
-        pytest.skip("the HyperPod training operator runs in compute=hyperpod")
     assert _hyperpod_cpu_nodes(rehearsed), "the HyperPod cluster has a CPU group"
     (pod,) = _variant(rehearsed, HYPERPOD_TRAINING_OPERATOR_CONTROLLER, "ours", merge)
     assert pod.phase == "Running" and pod.node in _hyperpod_cpu_nodes(rehearsed)
@@ -352,9 +355,8 @@ def test_controller_runs_on_the_hyperpod_cpu_group_however_the_addon_combines_va
         assert deployed.node in _hyperpod_cpu_nodes(rehearsed)
 
 
+@HYPERPOD_ONLY
 def test_system_node_values_leave_the_controller_pending_if_the_addon_merges(rehearsed) -> None:
-    if rehearsed.config.compute != "hyperpod":
-        pytest.skip("the HyperPod training operator runs in compute=hyperpod")
     (replaced,) = _variant(rehearsed, HYPERPOD_TRAINING_OPERATOR_CONTROLLER, "system", REPLACE)
     assert replaced.phase == "Running" and replaced.node in rehearsed.role("system")
     (merged,) = _variant(rehearsed, HYPERPOD_TRAINING_OPERATOR_CONTROLLER, "system", HELM_MERGE)
@@ -362,10 +364,9 @@ def test_system_node_values_leave_the_controller_pending_if_the_addon_merges(reh
     assert "didn't match Pod's node affinity/selector" in merged.reason, merged
 
 
+@HYPERPOD_ONLY
 @pytest.mark.parametrize("merge", VALUE_MERGES)
 def test_cert_manager_runs_only_on_untainted_nodes(rehearsed, merge) -> None:
-    if rehearsed.config.compute != "hyperpod":
-        pytest.skip("cert-manager is installed for the HyperPod training operator")
     untainted = {n for n, s in rehearsed.nodes.items() if not s.taints}
     assert rehearsed.role("system") and rehearsed.role("system") | _hyperpod_cpu_nodes(rehearsed) == untainted
     for name in CERT_MANAGER_PODS:
