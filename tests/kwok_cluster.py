@@ -153,30 +153,6 @@ spec:
 """
 
 
-def stand_in_crd(group: str, kind: str, plural: str, *, namespaced: bool = True) -> dict[str, Any]:
-    """A CRD that serves ``kind`` with any content (status subresource included): for kinds whose
-    real CRD is not here (KWOK's Logs; AWS's HyperPodPyTorchJob, whose CRD AWS does not publish)."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-            "scope": "Namespaced" if namespaced else "Cluster",
-            "versions": [
-                {
-                    "name": "v1alpha1" if group == "kwok.x-k8s.io" else "v1",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                }
-            ],
-        },
-    }
-
-
 def write_kubeconfig(plane: cp.ControlPlane, path: Path, *, name: str) -> Path:
     """A kubeconfig for ``plane`` whose context and cluster are ``name`` (as ``aws eks update-kubeconfig``
     names them: the cluster's ARN)."""
@@ -215,7 +191,10 @@ class KwokCluster:
     def start(self) -> None:
         from llm_infra.ops import crds
 
-        definitions = [stand_in_crd("kwok.x-k8s.io", "Logs", "logs"), crds.hyperpod_job_crd()]
+        # KWOK's Logs objects only name a file: a CRD that serves any content is enough here.
+        any_content = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        logs = crds.custom_resource_definition("kwok.x-k8s.io", "v1alpha1", "Logs", any_content, plural="logs")
+        definitions = [logs, crds.hyperpod_job_crd()]
         if not self._established("pytorchjobs.kubeflow.org"):  # the training operator's, when it runs
             definitions.append(yaml.safe_load((crds.crds_dir() / "kubeflow.org_pytorchjobs.yaml").read_text()))
         for crd in definitions:

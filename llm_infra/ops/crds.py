@@ -167,7 +167,15 @@ def hyperpod_job_crd() -> dict[str, Any]:
     kind = root["properties"].pop("kind")["enum"][0]
     root["properties"].pop("metadata")  # the API server checks metadata itself
     root["required"] = [field for field in root["required"] if field in root["properties"]]
-    plural = kind.lower() + "s"
+    return custom_resource_definition(group, version, kind, root)
+
+
+def custom_resource_definition(
+    group: str, version: str, kind: str, schema: dict[str, Any], *, plural: str | None = None
+) -> dict[str, Any]:
+    """A namespaced CustomResourceDefinition serving ``kind`` at ``group/version`` (``plural``, default the
+    lowercase kind + "s") with ``schema`` as its structural schema and a status subresource."""
+    plural = plural or kind.lower() + "s"
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -181,7 +189,7 @@ def hyperpod_job_crd() -> dict[str, Any]:
                     "name": version,
                     "served": True,
                     "storage": True,
-                    "schema": {"openAPIV3Schema": root},
+                    "schema": {"openAPIV3Schema": schema},
                     "subresources": {"status": {}},
                 }
             ],
