@@ -281,7 +281,7 @@ def test_a_usage_error_is_two_lines_naming_the_commands_help(prog: str, capsys: 
             ["nodes", "list", "--cluster", "c", "--bogus"],
             "llm-infra nodes list: error: unrecognized arguments: --bogus",
         ),
-        (["plan", "--instances", "x"], "llm-infra plan: error: argument --instances: invalid int value: 'x'"),
+        (["plan", "--instances", "x"], "llm-infra plan: error: argument --instances: expected a whole number"),
         (["drill", "--cluster", "c", "--out", "d.json", "--fault", "x"], "llm-infra drill: error: argument --fault: "),
     ],
 )
@@ -289,6 +289,37 @@ def test_missing_or_bad_arguments(argv: list[str], first: str, capsys: pytest.Ca
     lines = usage_error(capsys, *argv)
     assert len(lines) == 2 and lines[0].startswith(first) and lines[1].startswith("See 'llm-infra")
     assert lines[1] == f"See '{first.split(': error')[0]} --help'."
+
+
+def numeric_flags() -> list[tuple[str, str]]:
+    """(command, flag) for every flag that takes a number, by the type that parses it."""
+    return [
+        (prog, action.option_strings[-1])
+        for prog, parser in leaf_commands().items()
+        for action in parser._actions
+        if action.option_strings and getattr(action.type, "__name__", "") in ("number", "whole number", "float", "int")
+    ]
+
+
+def test_every_number_is_parsed_by_the_shared_finite_types() -> None:
+    """No flag takes a bare float or int: those accept inf, nan (float) or 1_0 (int) into a run and its JSON."""
+    assert len(numeric_flags()) > 20
+    bare = [f"{prog} {option}" for prog, option in numeric_flags() if action_type(prog, option) in (float, int)]
+    assert bare == []
+
+
+def action_type(prog: str, option: str) -> object:
+    return flag(leaf_commands()[prog], option).type
+
+
+@pytest.mark.parametrize(("prog", "option"), numeric_flags())
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e999", "x"])
+def test_every_number_flag_refuses_what_is_not_a_finite_number(
+    prog: str, option: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, _ = usage_error(capsys, *prog.split()[1:], option, value)
+    assert first.startswith(f"{prog}: error: argument {option}: expected a ")
+    assert f"got {value!r}" in first
 
 
 # ---- the region, as the AWS CLI resolves it ---------------------------------------------------------------------

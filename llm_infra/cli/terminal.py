@@ -4,8 +4,9 @@ flag, tables, and progress on stderr."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 EXIT_BAD_INPUT = 2
@@ -39,6 +40,53 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\nSee '{self.prog} --help'.\n")
+
+
+def number(
+    *, minimum: float | None = None, above: float | None = None, maximum: float | None = None
+) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number: ``inf`` and ``nan`` are refused (JSON cannot hold them,
+    and no flag of ours means them), and so is a value below ``minimum``, not above ``above`` or above
+    ``maximum``. The message says what the flag takes; argparse adds the flag's name."""
+    bounds = [
+        *([f">= {minimum:g}"] if minimum is not None else []),
+        *([f"> {above:g}"] if above is not None else []),
+        *([f"<= {maximum:g}"] if maximum is not None else []),
+    ]
+    wanted = f"a finite number {' and '.join(bounds)}".rstrip()
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}") from None
+        if (
+            not math.isfinite(value)
+            or (minimum is not None and value < minimum)
+            or (above is not None and not value > above)
+            or (maximum is not None and value > maximum)
+        ):
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+
+    parse.__name__ = "number"  # argparse names the type in its own messages
+    return parse
+
+
+def whole_number(*, minimum: int = 0) -> Callable[[str], int]:
+    """An argparse ``type`` for a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
 
 
 def add_output_flag(parser: argparse.ArgumentParser, json_holds: str) -> None:

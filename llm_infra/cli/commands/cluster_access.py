@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llm_infra.cli.commands.hyperpod import add_aws_flags, aws_client, resolve_region
-from llm_infra.cli.terminal import UsageError, add_output_flag
+from llm_infra.cli.terminal import UsageError, add_output_flag, number
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.ops.kube import Kube, KubeError, context_for_cluster
@@ -55,7 +55,7 @@ def add_cluster_flags(parser: argparse.ArgumentParser, json_holds: str) -> None:
     )
     parser.add_argument(
         "--poll-seconds",
-        type=float,
+        type=number(above=0),
         default=10.0,
         metavar="SECONDS",
         help="seconds between looks at the cluster (default: 10)",

@@ -19,7 +19,7 @@ from llm_infra.cli.commands.cluster_access import (
     workload_values,
 )
 from llm_infra.cli.commands.hyperpod import aws_client
-from llm_infra.cli.terminal import OUTPUT_JSON, UsageError, confirm, print_table
+from llm_infra.cli.terminal import OUTPUT_JSON, UsageError, confirm, number, print_table
 from llm_infra.ops.kube import Kube, KubeError
 
 EXIT_NOT_RECOVERED = 1
@@ -55,7 +55,7 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--timeout-minutes",
-        type=float,
+        type=number(above=0),
         default=30,
         metavar="MINUTES",
         help="stop watching after this many minutes; a phase not seen by then is null (default: 30)",

@@ -17,7 +17,9 @@ from llm_infra.cli.terminal import (
     UsageError,
     add_output_flag,
     confirm,
+    number,
     print_table,
+    whole_number,
 )
 
 Waited = TypeVar("Waited")
@@ -79,7 +81,9 @@ def register(commands: Any) -> None:
         json_holds="the nodes accepted and how many run",
     )
     add.add_argument("--group", required=True, help="the instance group to grow, e.g. gpu")
-    add.add_argument("--count", type=int, required=True, metavar="N", help="nodes to add (sent 50 per request)")
+    add.add_argument(
+        "--count", type=whole_number(minimum=1), required=True, metavar="N", help="nodes to add (sent 50 per request)"
+    )
     add_wait_flags(add)
 
     cluster_help = "the state of a HyperPod cluster"
@@ -142,14 +146,14 @@ def add_wait_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout-minutes",
-        type=float,
+        type=number(above=0),
         default=60,
         metavar="MINUTES",
         help="stop waiting for the nodes to be Running after this many minutes (default: 60)",
     )
     parser.add_argument(
         "--poll-seconds",
-        type=float,
+        type=number(above=0),
         default=30,
         metavar="SECONDS",
         help="seconds between looks at ListClusterNodes while waiting (default: 30)",
@@ -252,8 +256,6 @@ def run_nodes_action(args: argparse.Namespace) -> int:
 def run_nodes_add(args: argparse.Namespace) -> int:
     from llm_infra.ops.hyperpod import add_nodes, wait_for_group
 
-    if args.count < 1:
-        raise UsageError(f"--count: {args.count} must be >= 1")
     sagemaker = aws_client(args, "sagemaker")
     try:
         result = add_nodes(sagemaker, args.cluster, args.group, args.count)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_infra.cli.commands.cluster_access import add_config_flags, load_config
-from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, print_table
+from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, number, print_table, whole_number
 
 EXIT_FAILED = 1
 MODELLED = (
@@ -50,36 +50,20 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--nodes-per-group",
-        type=_count,
+        type=whole_number(minimum=0),
         metavar="N",
         help="simulate at most N nodes of each node group or instance group (default: 4; 0: as many as the "
         "template asks)",
     )
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=number(above=0),
         default=60.0,
         metavar="SECONDS",
         help="how long to wait for each step's pods to be placed (default: 60)",
     )
     add_output_flag(parser, "pods, nodes, objects without a controller here, refusals and warnings")
     parser.set_defaults(handler=run_rehearse)
-
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return value
 
 
 def run_rehearse(args: argparse.Namespace) -> int:

@@ -20,7 +20,16 @@ from llm_infra.cli.commands.cluster_access import (
     workload_values,
 )
 from llm_infra.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED
-from llm_infra.cli.terminal import OUTPUT_JSON, Progress, RenamedFlag, UsageError, confirm, print_table
+from llm_infra.cli.terminal import (
+    OUTPUT_JSON,
+    Progress,
+    RenamedFlag,
+    UsageError,
+    confirm,
+    number,
+    print_table,
+    whole_number,
+)
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.ops.kube import Kube, KubeError
 
@@ -34,21 +43,21 @@ def register(commands: Any) -> None:
     add_cluster_flags(parser, "the whole report, every stage and node")
     parser.add_argument(
         "--node-count",
-        type=int,
+        type=whole_number(minimum=1),
         metavar="N",
         help="how many GPU nodes to validate (default: every schedulable GPU node)",
     )
     parser.add_argument("--nodes", action=RenamedFlag, new="--node-count N")
     parser.add_argument(
         "--start-timeout",
-        type=float,
+        type=number(above=0),
         default=900,
         metavar="SECONDS",
         help="seconds until every pod of a job is scheduled, else the stage fails with the cause (default: 900)",
     )
     parser.add_argument(
         "--timeout-minutes",
-        type=float,
+        type=number(above=0),
         default=60,
         metavar="MINUTES",
         help="minutes each job may run (default: 60)",
@@ -103,8 +112,6 @@ def run_validate(args: argparse.Namespace) -> int:
     config = load_config(args)
     if args.replace_failed and config.compute != "hyperpod":
         raise UsageError("--replace-failed: only with compute=hyperpod (HyperPod replaces labelled nodes)")
-    if args.node_count is not None and args.node_count < 1:
-        raise UsageError(f"--node-count: {args.node_count} must be >= 1")
     target = resolve_cluster(args, config)
     try:
         with connect(args, target) as kube:
