@@ -89,7 +89,14 @@ def efa_device_plugin_values(gpu_instance_types: Sequence[str]) -> dict[str, obj
 
 def overwrite_conflicts(addon: eks.Addon) -> None:
     """``ResolveConflicts: OVERWRITE``: the add-on takes over fields that another manager set (EKS's
-    self-managed bootstrap copy, a Helm release); the L2 has no such prop."""
+    self-managed bootstrap copy, a Helm release, an edit by hand); the L2 has no such prop.
+
+    With ``NONE`` (the default) EKS leaves such a field alone and the create or update may fail; with
+    ``OVERWRITE`` it sets the add-on's value (EKS API reference, CreateAddon and UpdateAddon,
+    ``resolveConflicts``). Every add-on here gets it: AWS's HyperPod EKS template sets it on each
+    add-on it installs (aws/sagemaker-hyperpod-cluster-setup, eks/cloudformation/eks-template.yaml
+    L83-118: vpc-cni, kube-proxy, coredns, eks-pod-identity-agent), and the template owns the others too.
+    """
     cfn_addon = addon.node.default_child
     assert isinstance(cfn_addon, eks.CfnAddon)
     cfn_addon.resolve_conflicts = "OVERWRITE"
@@ -112,7 +119,8 @@ class TrainingCluster(Construct):
     - pinned EKS add-ons: vpc-cni (recent enough for ``efa-only`` interfaces, NetworkPolicy enforced),
       coredns, kube-proxy,
       eks-pod-identity-agent, aws-fsx-csi-driver and amazon-cloudwatch-observability, the ones that
-      call AWS with their own Pod Identity role;
+      call AWS with their own Pod Identity role; each with ``ResolveConflicts: OVERWRITE``
+      (:func:`overwrite_conflicts`);
     - the add-on's application log group (``application_log_group``: container stdout, retained,
       one month), created before the add-on so that metric filters can attach to it;
     - pinned Helm charts, each after the system nodes: the NVIDIA device plugin (nodes labelled
@@ -333,8 +341,9 @@ class TrainingCluster(Construct):
                 configuration_values=ADDON_CONFIGURATION.get(name),
                 preserve_on_delete=False,
             )
-            if name in ADDON_CONFIGURATION:  # its values change fields of EKS's bootstrap copy (aws-node)
-                overwrite_conflicts(addons[name])
+            # EKS's bootstrap copies (aws-node, coredns, kube-proxy) exist before the add-ons; the
+            # vpc-cni configuration values change aws-node's fields.
+            overwrite_conflicts(addons[name])
         # Fluent Bit would create it on first write, with no retention; here it is retained and expires.
         self.application_log_group = logs.LogGroup(
             self,

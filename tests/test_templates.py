@@ -368,6 +368,19 @@ def test_addons_are_pinned_and_fsx_cni_cloudwatch_use_pod_identity(default_app) 
     } <= associations
 
 
+@pytest.mark.parametrize("compute", ["eks", "hyperpod"])
+def test_every_addon_overwrites_conflicts(synth, compute: str) -> None:
+    # EKS bootstraps self-managed aws-node, coredns and kube-proxy before any add-on; AWS's HyperPod EKS
+    # template installs each bootstrap add-on with ResolveConflicts OVERWRITE (aws/sagemaker-hyperpod-
+    # cluster-setup, eks/cloudformation/eks-template.yaml L83-118), and the template owns the others too.
+    template = Template.from_json(synth(TrainingConfig(compute=compute)).template(CLUSTER))
+    addons = {a["Properties"]["AddonName"] for a in template.find_resources("AWS::EKS::Addon").values()}
+    bootstrap = {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
+    operator = {"cert-manager", "amazon-sagemaker-hyperpod-training-operator"} if compute == "hyperpod" else set()
+    assert addons == bootstrap | {"aws-fsx-csi-driver", "amazon-cloudwatch-observability"} | operator
+    template.all_resources_properties("AWS::EKS::Addon", {"ResolveConflicts": "OVERWRITE"})
+
+
 def test_device_plugins_are_pinned_helm_charts(default_app) -> None:
     # Where they land is the scheduling contract's business (test_contracts.py).
     charts = {
