@@ -127,9 +127,10 @@ class HyperPodCluster(Construct):
       instance group to ``hyperpod/lifecycle/<group>/`` in a bucket of the construct and referenced by
       that group's ``LifeCycleConfig``;
     - an execution role that trusts SageMaker, with AmazonSageMakerClusterInstanceRolePolicy plus
-      what AWS's reference execution role grants (ENIs in the VPC, ECR pull, Pod Identity,
-      ``cloudwatch:DescribeAlarms``) and reading the lifecycle prefix; HyperPod itself creates its
-      EKS access entry;
+      what AWS's reference execution role grants, scoped as it scopes: ENI mutations on this
+      account's instances and ENIs and the cluster's VPC, subnet and security groups, tags on ENIs,
+      describe and ECR reads, Pod Identity, ``cloudwatch:DescribeAlarms``; listing the lifecycle
+      bucket and reading the lifecycle prefix; HyperPod itself creates its EKS access entry;
     - optional managed tiered checkpointing (``TieredStorageConfig``);
     - the tag ``SageMaker=true``, which the HyperPod training operator's install and its managed
       policy require (:data:`SAGEMAKER_TAG`).
@@ -181,7 +182,7 @@ class HyperPodCluster(Construct):
             for group in instance_groups
         }
         self._acknowledge_bucket_deployment()
-        self.execution_role = self._execution_role(cluster, lifecycle_bucket)
+        self.execution_role = self._execution_role(cluster, lifecycle_bucket, subnet, security_groups)
         # No access entry here: HyperPod creates the execution role's entry itself ("This is created by
         # HyperPod on your behalf", SageMaker API ClusterMetadata.EksRoleAccessEntries); a second one
         # from this stack would fail the create with a conflict.
@@ -274,7 +275,17 @@ class HyperPodCluster(Construct):
             kubernetes_config=sagemaker.CfnCluster.ClusterKubernetesConfigProperty(labels=labels, taints=taints),
         )
 
-    def _execution_role(self, cluster: eks.Cluster, lifecycle_bucket: TrainingBucket) -> iam.Role:
+    def _execution_role(
+        self,
+        cluster: eks.Cluster,
+        lifecycle_bucket: TrainingBucket,
+        subnet: ec2.ISubnet,
+        security_groups: list[ec2.ISecurityGroup],
+    ) -> iam.Role:
+        """AWS's reference execution role (aws/sagemaker-hyperpod-cluster-setup,
+        eks/cloudformation/sagemaker-iam-role-template.yaml L178-572), scoped as it scopes: ENI mutations
+        on this account's and region's instances and ENIs plus this cluster's VPC, subnet and security
+        groups; tags on ENIs only; only the describe, ECR and DescribeAlarms reads on ``*``."""
         role = iam.Role(
             self,
             "ExecutionRole",
@@ -286,32 +297,69 @@ class HyperPodCluster(Construct):
             ["AmazonSageMakerClusterInstanceRolePolicy"],
             "HyperPod's documented, AWS-maintained instance policy (health agent, logs, node registration).",
         )
+        stack = cdk.Stack.of(self)
+
+        def ec2_arn(resource: str, name: str) -> str:
+            return stack.format_arn(service="ec2", resource=resource, resource_name=name)
+
+        instances, interfaces = ec2_arn("instance", "*"), ec2_arn("network-interface", "*")
+        # AWS's template L197-202 (Attach on instance/* and network-interface/*); Detach takes the same two
+        # resource types (Service Authorization Reference, Amazon EC2: DetachNetworkInterface), where AWS's
+        # template has it on * (L236-242) besides the subnet and security-group policies (L296).
         role.add_to_policy(
             iam.PolicyStatement(
-                sid="NetworkInterfacesInTheVpc",
+                sid="AttachInterfaces",
+                actions=["ec2:AttachNetworkInterface", "ec2:DetachNetworkInterface"],
+                resources=[instances, interfaces],
+            )
+        )
+        # AWS's template L223-235 (instance/*, network-interface/*, the VPC) and its per-subnet and
+        # per-security-group policies (L283-572): CreateNetworkInterface is authorized on the new ENI, its
+        # subnet and each of its security groups, here the cluster's VpcConfig.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="InterfacesInTheClusterSubnet",
                 actions=[
+                    "ec2:AssignPrivateIpAddresses",
                     "ec2:CreateNetworkInterface",
                     "ec2:CreateNetworkInterfacePermission",
                     "ec2:DeleteNetworkInterface",
                     "ec2:DeleteNetworkInterfacePermission",
-                    "ec2:DescribeNetworkInterfaces",
-                    "ec2:DescribeVpcs",
-                    "ec2:DescribeDhcpOptions",
-                    "ec2:DescribeSubnets",
-                    "ec2:DescribeSecurityGroups",
-                    "ec2:AttachNetworkInterface",
-                    "ec2:DetachNetworkInterface",
                     "ec2:ModifyNetworkInterfaceAttribute",
-                    "ec2:DescribeInstances",
-                    "ec2:DescribeInstanceTypes",
-                    "ec2:DescribeTags",
-                    "ec2:AssignPrivateIpAddresses",
                     "ec2:UnassignPrivateIpAddresses",
-                    "ec2:CreateTags",
+                ],
+                resources=[
+                    instances,
+                    interfaces,
+                    ec2_arn("vpc", cluster.vpc.vpc_id),
+                    ec2_arn("subnet", subnet.subnet_id),
+                    *(ec2_arn("security-group", sg.security_group_id) for sg in security_groups),
+                ],
+            )
+        )
+        # AWS's template L212-217 and L256-259: the VPC CNI tags the ENIs it manages (AWS: any region and
+        # account; here this stack's, where the ENIs live).
+        role.add_to_policy(iam.PolicyStatement(sid="TagInterfaces", actions=["ec2:CreateTags"], resources=[interfaces]))
+        # AWS's template L203-211 and L236-242. Describe* actions support no resource-level permissions
+        # (Service Authorization Reference, Amazon EC2: no resource types for them), so they stay on *.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="DescribeTheNetwork",
+                actions=[
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeInstances",
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeSecurityGroups",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeTags",
+                    "ec2:DescribeVpcs",
                 ],
                 resources=["*"],
             )
         )
+        # AWS's template L243-250: reads, on * (GetAuthorizationToken takes no resource; the images come
+        # from AWS's DLC registry and the account's own).
         role.add_to_policy(
             iam.PolicyStatement(
                 sid="PullImages",
@@ -334,13 +382,33 @@ class HyperPodCluster(Construct):
                 resources=[cluster.cluster_arn],
             )
         )
-        lifecycle_bucket.grant_read(role, self.lifecycle_prefix)
+        # AWS's template L260-272: s3:ListBucket on the lifecycle bucket without a prefix condition
+        # (HyperPod may list from the bucket's root when it checks SourceS3Uri; the bucket holds only the
+        # lifecycle scripts), objects read below the lifecycle prefix.
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ListLifecycleBucket", actions=["s3:ListBucket"], resources=[lifecycle_bucket.bucket_arn]
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="ReadLifecycleScripts",
+                actions=["s3:GetObject"],
+                resources=[lifecycle_bucket.bucket.arn_for_objects(f"{self.lifecycle_prefix}*")],
+            )
+        )
         acknowledge(
             role,
             "IAM5",
-            "ENI, EC2 describe, ECR-token and DescribeAlarms actions take no resource ARNs (as in AWS's reference "
-            "HyperPod execution role); object reads are limited to the lifecycle prefix.",
-            findings=["Resource::*", bucket_objects_finding(lifecycle_bucket.bucket, f"{self.lifecycle_prefix}*")],
+            "EC2 describe, ECR and DescribeAlarms reads take no resource ARNs or pull from any registry (as in "
+            "AWS's reference HyperPod execution role); ENI actions are on this account's and region's instances "
+            "and ENIs (each is created at run time); object reads are limited to the lifecycle prefix.",
+            findings=[
+                "Resource::*",
+                "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*",
+                "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*",
+                bucket_objects_finding(lifecycle_bucket.bucket, f"{self.lifecycle_prefix}*"),
+            ],
         )
         return role
 

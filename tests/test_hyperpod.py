@@ -8,6 +8,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk.assertions import Match, Template
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
@@ -143,6 +144,122 @@ def test_execution_role_trust_and_policies(hyperpod_app) -> None:
     assert not any(a.endswith("*") for a in actions)
     (pod_identity,) = [s for s in statements if s["Action"] == "eks-auth:AssumeRoleForPodIdentity"]
     assert pod_identity["Resource"] == {"Fn::GetAtt": [logical_id(hyperpod_app, "AWS::EKS::Cluster"), "Arn"]}
+
+
+def actions_of(statement: dict) -> list[str]:
+    action = statement["Action"]
+    return [action] if isinstance(action, str) else action
+
+
+def resources_of(statement: dict) -> list:
+    resource = statement["Resource"]
+    return resource if isinstance(resource, list) else [resource]
+
+
+def execution_role_policy(app) -> tuple[str, dict]:
+    """The execution role's logical id and its inline policy (the role's DefaultPolicy)."""
+    roles = app.resources(CLUSTER, "AWS::IAM::Role")
+    (role_id,) = [k for k in roles if k.startswith("HyperPodExecutionRole")]
+    (policy,) = [
+        p["Properties"]
+        for p in app.resources(CLUSTER, "AWS::IAM::Policy").values()
+        if p["Properties"]["Roles"] == [{"Ref": role_id}]
+    ]
+    return role_id, policy
+
+
+def ec2_arn(resource_type: str, name: object = "*") -> dict:
+    """``arn:<partition>:ec2:<region>:<account>:<resource_type>/<name>`` as the template writes it."""
+    tail = [f":{resource_type}/{name}"] if isinstance(name, str) else [f":{resource_type}/", name]
+    return {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, ":ec2:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}] + tail,
+        ]
+    }
+
+
+def test_execution_role_changes_the_network_only_where_aws_reference_role_does(hyperpod_app) -> None:
+    # AWS's reference execution role (aws/sagemaker-hyperpod-cluster-setup,
+    # eks/cloudformation/sagemaker-iam-role-template.yaml): Attach on instances and ENIs (L197-202), the ENI
+    # mutations on instances, ENIs, the VPC (L223-235), each subnet and security group (L283-572), CreateTags on
+    # ENIs (L212-217, L256-259), the describe calls on * (L203-211, L236-242).
+    role_id, policy = execution_role_policy(hyperpod_app)
+    statements = policy["PolicyDocument"]["Statement"]
+    # No EC2 action but a describe (which takes no resource ARN) is granted on "*".
+    on_star = sorted(a for s in statements if "*" in resources_of(s) for a in actions_of(s))
+    assert [a for a in on_star if a.startswith("ec2:") and not a.startswith("ec2:Describe")] == [], on_star
+    # The exact resources: this account's and region's instances and ENIs, the cluster's VPC, subnet and
+    # security groups (HyperPod's VpcConfig), and the VPC the network stack exports.
+    vpc_config = sagemaker_cluster(hyperpod_app)["Properties"]["VpcConfig"]
+    network = hyperpod_app.template("-network")
+    (vpc_id,) = hyperpod_app.resources("-network", "AWS::EC2::VPC")
+    (vpc_export,) = [
+        o["Export"]["Name"] for o in network["Outputs"].values() if o["Value"] == {"Ref": vpc_id} and "Export" in o
+    ]
+    instances, interfaces = ec2_arn("instance"), ec2_arn("network-interface")
+    in_the_cluster_subnet = [
+        instances,
+        interfaces,
+        ec2_arn("vpc", {"Fn::ImportValue": vpc_export}),
+        *(ec2_arn("subnet", subnet) for subnet in vpc_config["Subnets"]),
+        *(ec2_arn("security-group", group) for group in vpc_config["SecurityGroupIds"]),
+    ]
+    assert len(in_the_cluster_subnet) == 6  # the GPU subnet, the EFA and the cluster security group
+    mutations = [
+        "ec2:AssignPrivateIpAddresses",
+        "ec2:CreateNetworkInterface",
+        "ec2:CreateNetworkInterfacePermission",
+        "ec2:DeleteNetworkInterface",
+        "ec2:DeleteNetworkInterfacePermission",
+        "ec2:ModifyNetworkInterfaceAttribute",
+        "ec2:UnassignPrivateIpAddresses",
+    ]
+    Template.from_json(hyperpod_app.template(CLUSTER)).has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": [{"Ref": role_id}],
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        {
+                            "Sid": "AttachInterfaces",
+                            "Effect": "Allow",
+                            "Action": ["ec2:AttachNetworkInterface", "ec2:DetachNetworkInterface"],
+                            "Resource": [instances, interfaces],
+                        },
+                        {
+                            "Sid": "InterfacesInTheClusterSubnet",
+                            "Effect": "Allow",
+                            "Action": mutations,
+                            "Resource": in_the_cluster_subnet,
+                        },
+                        {"Sid": "TagInterfaces", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": interfaces},
+                    ]
+                )
+            },
+        },
+    )
+    # Every EC2 action is in exactly one statement, so the statements above are all that grant them.
+    ec2_actions = [a for s in statements for a in actions_of(s) if a.startswith("ec2:")]
+    assert len(ec2_actions) == len(set(ec2_actions))
+
+
+def test_execution_role_lists_the_lifecycle_bucket_and_reads_its_prefix(hyperpod_app) -> None:
+    # As AWS's reference role (sagemaker-iam-role-template.yaml L260-272): s3:ListBucket on the bucket with no
+    # prefix condition (HyperPod may list from the root when it checks SourceS3Uri), objects read-only.
+    _, policy = execution_role_policy(hyperpod_app)
+    s3 = [s for s in policy["PolicyDocument"]["Statement"] if any(a.startswith("s3:") for a in actions_of(s))]
+    bucket_arn = {"Fn::GetAtt": [logical_id(hyperpod_app, "AWS::S3::Bucket"), "Arn"]}
+    assert s3 == [
+        {"Sid": "ListLifecycleBucket", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket_arn},
+        {
+            "Sid": "ReadLifecycleScripts",
+            "Effect": "Allow",
+            "Action": "s3:GetObject",
+            "Resource": {"Fn::Join": ["", [bucket_arn, "/hyperpod/lifecycle/*"]]},
+        },
+    ]
 
 
 def test_no_access_entry_for_the_execution_role(hyperpod_app) -> None:
