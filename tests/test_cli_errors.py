@@ -65,7 +65,11 @@ def test_no_network(bare_aws: Path, monkeypatch, capsys) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code, _, err = run(capsys, *NODES, "--region", "us-east-1", "--endpoint-url", f"http://127.0.0.1:{port}")
-    assert code == 1 and "Could not connect to the endpoint URL" in one_error(err) and "check the network" in err
+    assert (
+        code == 1
+        and f"http://127.0.0.1:{port} did not answer SageMaker ListClusterNodes in 3 attempts" in one_error(err)
+    )
+    assert "(could not connect): check the network" in err
 
 
 def test_a_prompt_without_a_terminal_says_pass_yes(bare_aws: Path, monkeypatch, capsys) -> None:

@@ -16,9 +16,10 @@ import pytest
 
 from conftest import REPO_ROOT, run_cli
 from llm_infra import cli
+from llm_infra.cli.aws import aws_client, resolve_region
 from llm_infra.cli.commands import hyperpod as hyperpod_commands
-from llm_infra.cli.commands.hyperpod import resolve_region
 from llm_infra.cli.terminal import Progress, RenamedFlag
+from llm_infra.config import TrainingConfig
 from llm_infra.ops.hyperpod import Node
 
 
@@ -317,7 +318,7 @@ def action_type(prog: str, option: str) -> object:
 def test_every_number_flag_refuses_what_is_not_a_finite_number(
     prog: str, option: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    first, _ = usage_error(capsys, *prog.split()[1:], option, value)
+    first, _ = usage_error(capsys, *prog.split()[1:], f"{option}={value}")
     assert first.startswith(f"{prog}: error: argument {option}: expected a ")
     assert f"got {value!r}" in first
 
@@ -330,29 +331,44 @@ def bare_aws(bare_aws: Path) -> Path:
     return bare_aws
 
 
+APP_CONFIG = TrainingConfig.from_context({"region": "us-west-2", "gpu_az_id": "usw2-az1"})
+NO_PROFILES = "[default]\n"
+
+
 @pytest.mark.parametrize(
-    ("flag_region", "app", "env", "profile", "expected"),
+    ("flag_region", "env", "profiles", "profile", "config", "expected"),
     [
-        ("us-west-2", "ca-central-1", {"AWS_REGION": "us-east-1"}, None, ("us-west-2", "--region")),
-        (None, "ca-central-1", {"AWS_REGION": "us-east-1"}, None, ("ca-central-1", "the app")),
-        (None, None, {"AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-2"}, None, ("us-east-1", "AWS_REGION")),
-        (None, None, {"AWS_DEFAULT_REGION": "us-east-2"}, None, ("us-east-2", "AWS_DEFAULT_REGION")),
-        (None, None, {}, None, ("eu-west-1", "the region of profile default")),
-        (None, None, {}, "other", ("ap-south-1", "the region of profile other")),
+        ("eu-north-1", {"AWS_REGION": "us-east-1"}, None, None, APP_CONFIG, ("eu-north-1", "--region")),
+        (
+            None,
+            {"AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-2"},
+            None,
+            None,
+            APP_CONFIG,
+            ("us-east-1", "AWS_REGION"),
+        ),
+        (None, {"AWS_DEFAULT_REGION": "us-east-2"}, None, None, APP_CONFIG, ("us-east-2", "AWS_DEFAULT_REGION")),
+        (None, {}, None, None, APP_CONFIG, ("eu-west-1", "the region of profile default")),
+        (None, {}, None, "other", APP_CONFIG, ("ap-south-1", "the region of profile other")),
+        (None, {}, NO_PROFILES, None, APP_CONFIG, ("us-west-2", "the app's config (region)")),
+        (None, {}, NO_PROFILES, None, TrainingConfig(), ("us-east-1", "gpu_az_id use1-az4")),
     ],
 )
-def test_region_order(
+def test_region_order_is_the_aws_clis_then_the_apps_config(
     bare_aws: Path,
     monkeypatch: pytest.MonkeyPatch,
     flag_region: str | None,
-    app: str | None,
     env: dict[str, str],
+    profiles: str | None,
     profile: str | None,
+    config: TrainingConfig,
     expected: tuple[str, str],
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    region = resolve_region(argparse.Namespace(region=flag_region, profile=profile), [("the app", app)])
+    if profiles is not None:
+        (bare_aws / "config").write_text(profiles)
+    region = resolve_region(argparse.Namespace(region=flag_region, profile=profile), config)
     assert (region.name, region.source) == expected
 
 
@@ -367,27 +383,50 @@ def test_no_region_anywhere_is_the_sdks_no_region_error(bare_aws: Path) -> None:
 def test_aws_clients_take_aws_region_over_aws_default_region(bare_aws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-2")
-    args = argparse.Namespace(region=None, profile=None, endpoint_url=None)
-    assert hyperpod_commands.aws_client(args, "sagemaker").meta.region_name == "us-east-1"
+    assert aws_client(aws_args(), "sagemaker").meta.region_name == "us-east-1"
+
+
+def aws_args(**given: object) -> argparse.Namespace:
+    """What the AWS flags parse to when none is given, with ``given`` over it."""
+    defaults = {"region": None, "profile": None, "endpoint_url": None, "cli_connect_timeout": 5.0}
+    return argparse.Namespace(**{**defaults, "cli_read_timeout": 30.0, **given})
 
 
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        ([], "region us-east-1 (from gpu_az_id use1-az4)"),  # the repo's cdk.json: no region, gpu_az_id use1-az4
+        ([], "region eu-west-1 (from the region of profile default)"),
         (["--region", "us-west-2"], "region us-west-2 (from --region)"),
-        (["-c", "region=us-east-1"], "region us-east-1 (from the app's config (region))"),
+        (["-c", "region=us-east-1"], "region eu-west-1 (from the region of profile default)"),
     ],
 )
 @pytest.mark.parametrize("command", ["validate", "drill"])
 def test_validate_and_drill_say_where_their_region_came_from(
     bare_aws: Path, tmp_path: Path, command: str, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The AWS CLI's rule first (here the default profile's region), as every command has it."""
     extra = ["--out", str(tmp_path / "drill.json")] if command == "drill" else []
     code, out, err = run_cli(capsys, command, "--cluster", "train", "--app-dir", str(REPO_ROOT), *argv, *extra)
     assert (code, out) == (1, "")
     region_line, error = err.splitlines()
     assert region_line == says and error.startswith("llm-infra: error: no AWS credentials found")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        ([], "region us-east-1 (from gpu_az_id use1-az4)"),  # the repo's cdk.json: no region, gpu_az_id use1-az4
+        (["-c", "region=us-east-1"], "region us-east-1 (from the app's config (region))"),
+    ],
+)
+@pytest.mark.parametrize("command", ["validate", "drill"])
+def test_the_apps_config_is_the_last_fallback_for_the_region(
+    bare_aws: Path, tmp_path: Path, command: str, argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (bare_aws / "config").write_text(NO_PROFILES)
+    extra = ["--out", str(tmp_path / "drill.json")] if command == "drill" else []
+    code, _, err = run_cli(capsys, command, "--cluster", "train", "--app-dir", str(REPO_ROOT), *argv, *extra)
+    assert code == 1 and err.splitlines()[0] == says
 
 
 # ---- progress: a bar on a terminal, plain lines elsewhere -----------------------------------------------------

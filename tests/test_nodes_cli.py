@@ -158,7 +158,7 @@ def test_replace_reports_each_failed_node_and_waits_for_the_rest(capsys, monkeyp
             "i-9",
             "--yes",
             "--poll-seconds",
-            "0",
+            "0.01",
             "--json",
         )
     assert code == 1  # a node failed: nothing is silently dropped
@@ -296,7 +296,18 @@ def test_add_raises_the_target_and_waits_until_the_group_runs_it(capsys, monkeyp
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: client)
     with stub:
         code, out, err = run_cli(
-            capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "3", "--poll-seconds", "0", "--json"
+            capsys,
+            "nodes",
+            "add",
+            "--cluster",
+            "hp",
+            "--group",
+            "gpu",
+            "--count",
+            "3",
+            "--poll-seconds",
+            "0.01",
+            "--json",
         )
     assert code == 0, err
     report = json.loads(out)
@@ -384,5 +395,7 @@ def test_add_refuses_what_the_api_would_refuse(aws_endpoint, cluster, capsys, ar
 def test_add_needs_a_positive_count(capsys, monkeypatch) -> None:
     """No AWS call: --count 0 is bad input."""
     monkeypatch.setattr(hyperpod_commands, "aws_client", lambda args, service: pytest.fail("no AWS call"))
-    code, _, err = run_cli(capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "0")
-    assert code == 2 and "--count: 0 must be >= 1" in err
+    with pytest.raises(SystemExit) as exited:
+        run_cli(capsys, "nodes", "add", "--cluster", "hp", "--group", "gpu", "--count", "0")
+    assert exited.value.code == 2
+    assert "argument --count: expected a whole number >= 1, got '0'" in capsys.readouterr().err

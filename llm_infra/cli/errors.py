@@ -20,6 +20,10 @@ def explain(error: BaseException) -> str | None:
 
 
 def _aws(error: BaseException) -> str | None:
+    from llm_infra.cli.aws import EndpointNotAnswering
+
+    if isinstance(error, EndpointNotAnswering):
+        return str(error)
     try:
         from botocore import exceptions as aws
     except ImportError:  # pragma: no cover - botocore is a dependency

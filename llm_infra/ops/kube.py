@@ -36,14 +36,28 @@ def context_for_cluster(cluster_arn: str, kubeconfig: str | None = None) -> str:
     )
 
 
-class Kube:
-    """One cluster: server-side apply, create, get, list, patch, delete, and pod logs."""
+# Every request waits at most this long to connect and for an answer, in at most 3 attempts (urllib3
+# retries idempotent requests): the kubernetes client's own default is to wait forever.
+CONNECT_TIMEOUT_SECONDS = 5.0
+READ_TIMEOUT_SECONDS = 30.0
+RETRIES = 2
 
-    def __init__(self, api_client: Any) -> None:
+
+class Kube:
+    """One cluster: server-side apply, create, get, list, patch, delete, and pod logs. Every request is
+    bounded by ``timeouts`` (connect, read; seconds, 0 or None: no bound) unless it names its own."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        timeouts: tuple[float | None, float | None] = (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS),
+    ) -> None:
         from kubernetes import client
         from kubernetes.dynamic import DynamicClient
 
         self.api_client = api_client
+        _bound_requests(api_client, timeouts)
         self._core = client.CoreV1Api(api_client)
         # The dynamic client discovers each kind's path (core, batch, custom resources) from the API;
         # its discovery cache lives as long as this object.
@@ -55,15 +69,26 @@ class Kube:
             raise KubeError(f"cannot reach the Kubernetes API at {api_client.configuration.host}: {err}") from None
 
     @classmethod
-    def connect(cls, *, kubeconfig: str | None, context: str | None) -> Kube:
+    def connect(
+        cls,
+        *,
+        kubeconfig: str | None,
+        context: str | None,
+        timeouts: tuple[float | None, float | None] = (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS),
+    ) -> Kube:
         """The cluster of ``context`` in ``kubeconfig`` (default: $KUBECONFIG or ~/.kube/config)."""
-        from kubernetes import config
+        from kubernetes import client, config
+        from urllib3 import Retry
 
+        configuration = type.__call__(client.Configuration)  # not a copy of a process-wide default
+        configuration.retries = Retry(total=RETRIES, backoff_factor=0.5)
         try:
-            api_client = config.new_client_from_config(config_file=kubeconfig, context=context, persist_config=False)
+            api_client = config.new_client_from_config(
+                config_file=kubeconfig, context=context, persist_config=False, client_configuration=configuration
+            )
         except config.ConfigException as err:
             raise KubeError(f"kubeconfig {kubeconfig or '(default)'}, context {context}: {err}") from None
-        return cls(api_client)
+        return cls(api_client, timeouts=timeouts)
 
     def close(self) -> None:
         self._cache_dir.cleanup()
@@ -176,6 +201,20 @@ class Kube:
             if err.status in (400, 404):  # waiting to start, or gone
                 return ""
             raise KubeError(f"log of pod {namespace}/{name}: {err.status} {err.reason}: {_message(err.body)}") from None
+
+
+def _bound_requests(api_client: Any, timeouts: tuple[float | None, float | None]) -> None:
+    """Give every request of ``api_client`` the (connect, read) timeouts unless it passes its own."""
+    connect, read = (seconds or None for seconds in timeouts)
+    if connect is None and read is None:
+        return
+    rest = api_client.rest_client
+    request = rest.request
+
+    def bounded(*args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+        return request(*args, _request_timeout=_request_timeout or (connect, read), **kwargs)
+
+    rest.request = bounded
 
 
 def parse_time(text: str) -> datetime:

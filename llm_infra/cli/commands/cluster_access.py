@@ -3,8 +3,9 @@
 The config is the CDK app's (``cdk.json`` context plus ``-c KEY=VALUE``, as ``cdk synth -c``), so the
 objects these commands apply are the ones the app renders. ``--cluster`` names the HyperPod cluster
 (compute=hyperpod) or the EKS cluster (compute=eks); its EKS ARN picks the kubeconfig context that
-``aws eks update-kubeconfig`` wrote, unless ``--context`` names one. The region is where the app's
-config deployed, unless --region says otherwise; each command says on stderr where it came from.
+``aws eks update-kubeconfig`` wrote, unless ``--context`` names one. The region follows the AWS CLI's
+rule, with the app's config as the last fallback (``llm_infra.cli.aws``); each command says on stderr
+where it came from.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_infra.cli.commands.hyperpod import add_aws_flags, aws_client, resolve_region
+from llm_infra.cli.aws import add_aws_flags, aws_client, resolve_region
 from llm_infra.cli.terminal import UsageError, add_output_flag, number
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
@@ -37,7 +38,7 @@ def add_cluster_flags(parser: argparse.ArgumentParser, json_holds: str) -> None:
         help="the cluster to act on: with compute=eks (the app's default) the EKS cluster's name, with "
         "compute=hyperpod (-c compute=hyperpod) the HyperPod cluster's name",
     )
-    add_aws_flags(parser, region_default="the app's config: region, else the region of gpu_az_id; then ")
+    add_aws_flags(parser, reads_app_config=True, kubernetes=True)
     parser.add_argument(
         "--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)"
     )
@@ -113,9 +114,7 @@ def resolve_cluster(args: argparse.Namespace, config: TrainingConfig) -> Cluster
     """The cluster behind ``--cluster``, checked against the AWS API (an unknown name is bad input)."""
     from llm_infra.ops.hyperpod import describe_cluster
 
-    region = resolve_region(
-        args, [("the app's config (region)", config.region), (f"gpu_az_id {config.gpu_az_id}", config.gpu_az_region)]
-    )
+    region = resolve_region(args, config)
     print(f"region {region.name} (from {region.source})", file=sys.stderr)
     args.region = region.name
     if config.compute == "hyperpod":
@@ -144,4 +143,6 @@ def connect(args: argparse.Namespace, target: ClusterTarget) -> Kube:
         context = args.context or context_for_cluster(target.eks_arn, args.kubeconfig)
     except KubeError as err:
         raise UsageError(f"--context: {err}") from None
-    return Kube.connect(kubeconfig=args.kubeconfig, context=context)
+    return Kube.connect(
+        kubeconfig=args.kubeconfig, context=context, timeouts=(args.cli_connect_timeout, args.cli_read_timeout)
+    )

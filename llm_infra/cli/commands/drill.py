@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from llm_infra.cli.aws import aws_client
 from llm_infra.cli.commands.cluster_access import (
     ClusterTarget,
     add_cluster_flags,
@@ -18,7 +19,6 @@ from llm_infra.cli.commands.cluster_access import (
     resolve_cluster,
     workload_values,
 )
-from llm_infra.cli.commands.hyperpod import aws_client
 from llm_infra.cli.terminal import OUTPUT_JSON, UsageError, confirm, number, print_table
 from llm_infra.ops.kube import Kube, KubeError
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
+from llm_infra.cli.aws import add_aws_flags, aws_client
 from llm_infra.cli.terminal import (
     OUTPUT_JSON,
     Progress,
@@ -122,23 +121,6 @@ def aws_subcommand(
     return parser
 
 
-def add_aws_flags(parser: argparse.ArgumentParser, *, region_default: str = "") -> None:
-    """--profile, --region and --endpoint-url, as the AWS CLI has them. ``region_default`` names what a
-    command looks at before the AWS CLI's order (the app's config)."""
-    parser.add_argument(
-        "--profile", help="AWS profile from ~/.aws/config (default: AWS_PROFILE, else the default credential chain)"
-    )
-    parser.add_argument(
-        "--region",
-        help=f"AWS region (default: {region_default}AWS_REGION, then AWS_DEFAULT_REGION, then the profile's region)",
-    )
-    parser.add_argument(
-        "--endpoint-url",
-        metavar="URL",
-        help="send every AWS request to this endpoint, e.g. a local one in tests (default: AWS's own)",
-    )
-
-
 def add_wait_flags(parser: argparse.ArgumentParser) -> None:
     """How a command waits for the nodes it asked for: --no-wait, or a poll with a timeout."""
     parser.add_argument(
@@ -146,7 +128,7 @@ def add_wait_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout-minutes",
-        type=number(above=0),
+        type=number(minimum=0),
         default=60,
         metavar="MINUTES",
         help="stop waiting for the nodes to be Running after this many minutes (default: 60)",
@@ -169,43 +151,6 @@ def wait_with_progress(args: argparse.Namespace, wait: Callable[..., Waited], *w
     )
     progress.close()
     return waited
-
-
-@dataclass(frozen=True)
-class Region:
-    name: str
-    source: str  # where it came from, in words: "--region", "AWS_REGION", ...
-
-
-def resolve_region(args: argparse.Namespace, app_regions: Sequence[tuple[str, str | None]] = ()) -> Region:
-    """The AWS region as the AWS CLI resolves it: --region, then AWS_REGION, then AWS_DEFAULT_REGION, then
-    the profile's. ``app_regions`` (where it came from, the region or None) come right after --region: for
-    the commands that act where the app's config deployed. NoRegionError when none says."""
-    given = [
-        ("--region", args.region),
-        *app_regions,
-        ("AWS_REGION", os.environ.get("AWS_REGION")),
-        ("AWS_DEFAULT_REGION", os.environ.get("AWS_DEFAULT_REGION")),
-    ]
-    for source, name in given:
-        if name:
-            return Region(name, source)
-    import boto3
-    from botocore.exceptions import NoRegionError
-
-    session = boto3.Session(profile_name=args.profile)
-    if session.region_name:
-        return Region(session.region_name, f"the region of profile {session.profile_name}")
-    raise NoRegionError
-
-
-def aws_client(args: argparse.Namespace, service: str) -> Any:
-    import boto3
-    from botocore.config import Config
-
-    session = boto3.Session(profile_name=args.profile, region_name=resolve_region(args).name)
-    config = Config(retries={"mode": "standard", "max_attempts": 5})
-    return session.client(service, endpoint_url=args.endpoint_url, config=config)
 
 
 def run_nodes_list(args: argparse.Namespace) -> int:
