@@ -3,6 +3,7 @@ against the Monte-Carlo, presets, plot, bad input."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_infra.cli import main
+from llm_infra.cli import build_parser, main
 from llm_infra.planner import (
     FAILURE_PRESETS,
     RECOVERY_PRESETS,
@@ -37,6 +38,8 @@ RATIO_KEYS = {
     "goodput_auto",
     "goodput_manual",
     "saving_fraction",
+    "optimal_interval_minutes_auto",
+    "optimal_interval_minutes_manual",
 }
 SIZED_KEYS = {"wall_days_ideal", "cost_ideal", "wall_days_auto", "wall_days_manual", "cost_auto", "cost_manual"}
 
@@ -162,15 +165,20 @@ def test_without_a_job_size_the_table_has_no_days_or_dollars(capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    ("flag", "preset", "key", "value"),
+    ("flags", "preset", "key", "value"),
     [
-        ("--recovery-auto", "hyperpod-checkpointless", "downtime_per_failure_minutes_auto", 2.0),
-        ("--recovery-manual", "hyperpod-auto", "downtime_per_failure_minutes_manual", 40.0),
+        (
+            ["--recovery-auto", "hyperpod-checkpointless", "--checkpointless-success", "1"],
+            "hyperpod-checkpointless",
+            "downtime_per_failure_minutes_auto",
+            2.0,
+        ),
+        (["--recovery-manual", "hyperpod-auto"], "hyperpod-auto", "downtime_per_failure_minutes_manual", 40.0),
     ],
 )
-def test_recovery_presets(capsys, flag: str, preset: str, key: str, value: float) -> None:
+def test_recovery_presets(capsys, flags: list[str], preset: str, key: str, value: float) -> None:
     assert RECOVERY_PRESETS[preset].value == value
-    assert plan_json(capsys, *AWS_EXAMPLE, "--model", "linear", flag, preset)[key] == value
+    assert plan_json(capsys, *AWS_EXAMPLE, "--model", "linear", *flags)[key] == value
 
 
 def test_the_tiered_checkpointing_stall_preset(capsys) -> None:
@@ -280,29 +288,151 @@ def test_plot_writes_a_png(capsys, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--instances", "0", "--mtbf-hours", "100", "--gpu-hours", "10"], "--instances: 0 must be >= 1"),
-        (["--instances", "8", "--failure-rate", "-1", "--gpu-hours", "10"], "--failure-rate: -1.0 must be > 0"),
-        (["--instances", "8", "--mtbf-hours", "0", "--gpu-hours", "10"], "--mtbf-hours: 0.0 must be > 0"),
         (
             ["--instances", "1000", "--mtbf-hours", "10", "--gpu-hours", "10", "--checkpoint-stall", "60"],
             "the checkpoint stall of 60 s (--checkpoint-stall 60) is not below the job MTBF of 36 s (--mtbf-hours 10 "
             "over --instances 1000)",
         ),
         (["--instances", "8", "--mtbf-hours", "100", "--tokens", "1e12"], "--tokens needs --params"),
-        (["--instances", "8", "--mtbf-hours", "100", "--gpu-hours", "-5"], "the job size must be > 0"),
-        (
-            ["--instances", "8", "--mtbf-hours", "100", "--recovery-auto", "fast"],
-            "--recovery-auto: 'fast' is neither a number nor a preset (manual, hyperpod-auto, hyperpod-checkpointless)",
-        ),
-        (["--instances", "8", "--mtbf-hours", "100", "--checkpoint-stall", "slow"], "--checkpoint-stall: 'slow'"),
-        (["--instances", "8", "--mtbf-hours", "100", "--lost-work-minutes", "-1"], "--lost-work-minutes: -1 must"),
         (["--instances", "8", "--mtbf-hours", "100", "--plot", "x.png"], "--plot: needs a job size"),
+        (
+            ["--instances", "8", "--mtbf-hours", "100", "--gpu-hours", "10", "--plot", "p.txt"],
+            "--plot: p.txt: the picture is a PNG: give a file name ending in .png, or a folder to write plan.png in",
+        ),
+        (
+            ["--instances", "8", "--mtbf-hours", "100", "--gpu-hours", "10", "--plot", "no/such/folder/p.png"],
+            "--plot: no/such/folder/p.png: there is no folder no/such/folder to write it in",
+        ),
+        (
+            ["--instances", "256", "--mtbf-hours", "100", "--gpu-hours", "1e300", "--price", "1e300"],
+            "cost_ideal = inf: a figure overflows; --gpu-hours (or --tokens), --price and --instances are too large",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_flag(capsys, argv: list[str], message: str) -> None:
-    code, _, err = run_cli(capsys, "plan", *argv)
-    assert code == 2
+    code, out, err = run_cli(capsys, "plan", *argv)
+    assert code == 2 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--instances", "0", "--mtbf-hours", "100"], "argument --instances: expected a whole number >= 1, got '0'"),
+        (
+            ["--instances", "8", "--failure-rate", "-1"],
+            "argument --failure-rate: expected a finite number > 0, got '-1'",
+        ),
+        (["--instances", "8", "--mtbf-hours", "0"], "argument --mtbf-hours: expected a finite number > 0, got '0'"),
+        (["--instances", "8", "--mtbf-hours", "100", "--gpu-hours", "-5"], "argument --gpu-hours: expected a finite"),
+        (["--instances", "8", "--mtbf-hours", "100", "--gpu-hours", "inf"], "argument --gpu-hours: expected a finite"),
+        (["--instances", "8", "--mtbf-hours", "100", "--price", "nan"], "argument --price: expected a finite number"),
+        (
+            ["--instances", "8", "--mtbf-hours", "100", "--recovery-auto", "fast"],
+            "argument --recovery-auto: expected minutes (a finite number >= 0) or a preset (manual, hyperpod-auto, "
+            "hyperpod-checkpointless), got 'fast'",
+        ),
+        (
+            ["--instances", "8", "--mtbf-hours", "100", "--recovery-auto", "inf"],
+            "argument --recovery-auto: expected minutes (a finite number >= 0) or a preset (manual, hyperpod-auto, "
+            "hyperpod-checkpointless), got 'inf'",
+        ),
+        (
+            ["--instances", "8", "--mtbf-hours", "100", "--checkpoint-stall", "slow"],
+            "argument --checkpoint-stall: expected seconds (a finite number > 0) or a preset (tiered), got 'slow'",
+        ),
+        (
+            ["--instances", "8", "--mtbf-hours", "100", "--lost-work-minutes", "-1"],
+            "argument --lost-work-minutes: expected a finite number >= 0, got '-1'",
+        ),
+        (
+            ["--instances", "8", "--mtbf-hours", "100", "--checkpointless-success", "1.5"],
+            "argument --checkpointless-success: expected a finite number >= 0 and <= 1, got '1.5'",
+        ),
+    ],
+)
+def test_the_parser_refuses_what_is_no_number_of_the_flag(capsys, argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 2  # the error and where the help is
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return subparsers.choices[name]
+
+
+@pytest.mark.parametrize("command", ["plan", "simulate"])
+def test_every_numeric_flag_refuses_inf_and_nan(capsys, command: str) -> None:
+    """Every flag that takes a number (or a number or a preset) refuses inf and nan in one usage error that
+    names it: JSON could not hold them, and no flag means them."""
+    parser = command_parser(command)
+    numeric = [a for a in parser._actions if getattr(a.type, "__name__", "") in NUMBER_TYPES]
+    assert {a.option_strings[0] for a in numeric} >= {"--instances", "--gpu-hours", "--price", "--recovery-auto"}
+    untyped = [a.option_strings for a in parser._actions if a.nargs is None and a.type is None and not a.choices]
+    assert untyped == [["--from-run"]] + ([["--plot"]] if command == "plan" else [])  # file names
+    job = ["--instances", "8", "--mtbf-hours", "100", "--gpu-hours", "10"]
+    for action in numeric:
+        flag = action.option_strings[0]
+        base = job[: job.index(flag)] + job[job.index(flag) + 2 :] if flag in job else job  # without its value
+        for text in ("inf", "-inf", "nan", "NaN", "Infinity"):
+            with pytest.raises(SystemExit) as exited:
+                main([command, *base, f"{flag}={text}"])
+            assert exited.value.code == 2, (flag, text)
+            err = capsys.readouterr().err
+            assert f"argument {flag}: expected " in err and f"got '{text}'" in err, err
+            if action.type.__name__ == "number or preset":
+                assert "or a preset (" in err
+
+
+NUMBER_TYPES = {"number", "whole number", "number or preset"}
+
+
+def test_the_json_never_holds_nan_or_infinity(capsys, tmp_path: Path) -> None:
+    def strict(text: str) -> dict:
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+
+    for argv in (
+        ["plan", *AWS_EXAMPLE, "--json"],
+        ["plan", *AWS_EXAMPLE, "--recovery-auto", "hyperpod-checkpointless", "--checkpointless-success", "1", "--json"],
+        ["plan", "--instances", "2048", "--failure-preset", "opt-175b", "--gpu-hours", "1e7", "--json"],
+        ["simulate", *AWS_EXAMPLE, "--trials", "5", "--price", "0", "--json"],
+    ):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 0, err
+        strict(out)
+
+
+def test_simulate_at_a_price_of_zero_saves_time_and_costs_nothing(capsys) -> None:
+    argv = ["simulate", "--instances", "64", "--mtbf-hours", "2000", "--gpu-hours", "5e4", "--trials", "30"]
+    code, out, err = run_cli(capsys, *argv, "--price", "0", "--json")
+    assert code == 0, err
+    simulated = json.loads(out)["simulated"]
+    assert simulated["cost_auto"] == simulated["cost_manual"] == 0
+    assert simulated["saving_fraction"] == pytest.approx(
+        1 - simulated["wall_days_auto"] / simulated["wall_days_manual"]
+    )
+    assert 0 < simulated["saving_fraction"] < 1
+    code, out, _ = run_cli(capsys, *argv, "--price", "0")
+    assert code == 0 and "Daly wall days" in out
+
+
+def test_a_simulation_too_large_to_draw_is_refused(capsys) -> None:
+    code, out, err = run_cli(capsys, "simulate", *AWS_EXAMPLE[:4], "--gpu-hours", "1e12")
+    assert code == 2 and out == ""
+    assert err.startswith("llm-infra: error: --trials 2000: the simulation would draw about ") and err.count("\n") == 1
+
+
+def test_plot_into_a_folder_writes_plan_png_there_and_says_so(capsys, tmp_path: Path) -> None:
+    argv = ["plan", "--instances", "64", "--mtbf-hours", "2000", "--gpu-hours", "5e4", "--plot", str(tmp_path)]
+    code, out, _ = run_cli(capsys, *argv)
+    written = tmp_path / "plan.png"
+    assert code == 0 and out.endswith(f"plot: {written}\n")
+    assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out, _ = run_cli(capsys, *argv, "--json")
+    assert code == 0 and json.loads(out)["plot"] == str(written)
 
 
 def test_simulate_needs_a_job_size(capsys) -> None:

@@ -4,13 +4,18 @@
   checkpoint (stall ``delta``) after every ``tau`` hours of compute and, on each failure, loses the
   work since the last checkpoint plus a restart ``R``, expects
   ``T_w = M e^(R/M) (e^((tau+delta)/M) - 1) T_s / tau`` hours of wall time, M being the job's MTBF
-  (the instance MTBF divided by the number of instances). ``tau`` is Daly's optimum, or the job's own
-  fixed schedule (``JobSpec.checkpoint_interval_hours``, planned beside the optimum).
+  (the instance MTBF divided by the number of instances). ``tau`` is the optimum (Daly's estimate of
+  it), or the job's own fixed schedule (``JobSpec.checkpoint_interval_hours``, planned beside it).
   A *checkpointless* recovery (HyperPod checkpointless training: peers restore the state of the last
-  step) loses no work: ``T_w = T_s (1 + delta/tau) e^(R/M)``, the same process without the lost work
-  (``tau -> 0`` in the lost-work term). The checkpoint stalls are still charged: the job keeps saving
-  on its schedule, its fallback for a failure checkpointless recovery cannot handle. Its downtime per
-  failure is the recovery alone; Daly's lost work is not added.
+  step) resumes a fraction ``p`` of the failures at the last step after its recovery ``R_c``
+  (``JobSpec.checkpointless_success``); the rest fall back to the last checkpoint after ``R_f``
+  (``JobSpec.checkpointless_fallback_hours``) and lose the work since. Then
+  ``T_w = T_s (1 + delta/tau) phi((1-p)(tau+delta)/M) (p e^(R_c/M) + (1-p) e^(R_f/M))`` with
+  ``phi(x) = (e^x - 1)/x`` (:func:`mixed_wall_hours`, derived there): p = 0 is Daly's formula, p = 1
+  loses no work. Only ``phi`` depends on ``tau``, and it is Daly's problem at the MTBF of the failures
+  that fall back, ``M/(1-p)``: the optimum interval is Daly's at that MTBF, and with p = 1 there is
+  none (no checkpoint pays for its stall; the model counts failures only). The checkpoint stalls are
+  charged whenever the job checkpoints.
 - **AWS's linear model** ("Reduce ML training costs with Amazon SageMaker HyperPod", 2025,
   https://aws.amazon.com/blogs/machine-learning/reduce-ml-training-costs-with-amazon-sagemaker-hyperpod/):
   ``T_w = T_s (1 + instances x failures per instance-hour x downtime per failure)``. It counts the
@@ -20,7 +25,7 @@
 Both are linear in ``T_s``, so goodput and the saving fraction need no job size. A recovery whose
 goodput is below ``GOODPUT_FLOOR`` (1 %: the expected wall time over 100 times the failure-free time)
 is *beyond the failure horizon*: its expected time to finish diverges (``e^(R/M)`` or
-``e^((tau+delta)/M)`` tries per success), and it gets no figures but the reason. ``plan`` refuses a
+``e^((1-p)(tau+delta)/M)`` tries per success), and it gets no figures but the reason. ``plan`` refuses a
 job whose automatic recovery is beyond it; manual recovery beyond it is the comparison's answer.
 ``simulate`` runs Daly's process as a seeded Monte-Carlo to cross-check the models. Standard library
 only (the plot needs matplotlib).
@@ -91,6 +96,41 @@ STALL_PRESETS = {
 }
 
 
+LLAMA3_REPORT = "Meta, The Llama 3 Herd of Models, arXiv 2407.21783, section 3.3.4, Table 5"
+# Llama 3 405B's 54 days on 16k H100s: its 419 unexpected interruptions by root cause, those of one GPU
+# or one host (Table 5's GPU and Host categories, silent data corruption left out: the state itself is
+# wrong). Such a fault leaves the other nodes, and so the peers' replicas of the state, intact.
+LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
+LLAMA3_SINGLE_NODE_FAULTS = {
+    "Faulty GPU": 148,
+    "GPU HBM3 Memory": 72,
+    "GPU SRAM Memory": 19,
+    "GPU System Processor": 17,
+    "GPU Thermal Interface + Sensor": 6,
+    "NIC": 7,
+    "SSD": 3,
+    "Power Supply": 3,
+    "Server Chassis": 2,
+    "IO Expansion Board": 2,
+    "CPU": 2,
+    "System Memory": 2,
+}
+# The share of failures a checkpointless recovery resumes at the last step. Nobody publishes one: AWS's
+# posts give recovery times, and the checkpointless package falls back to the checkpoint when a failure
+# left no replica of the state, the ranks disagree on the step, or a checksum differs
+# (hyperpod_checkpointless_training.nemo_plugins.checkpoint_manager). Assumed: it resumes the faults of
+# one GPU or one host, 283 of Llama 3's 419 (0.675), and none of the others (software bugs, network
+# switches and cables, host maintenance, NCCL timeouts, silent data corruption, dependencies).
+CHECKPOINTLESS_SUCCESS = Preset(
+    sum(LLAMA3_SINGLE_NODE_FAULTS.values()) / LLAMA3_UNEXPECTED_INTERRUPTIONS,
+    f"assumed, not measured: the faults of one GPU or one host, {sum(LLAMA3_SINGLE_NODE_FAULTS.values())} of "
+    f"Llama 3's {LLAMA3_UNEXPECTED_INTERRUPTIONS} unexpected interruptions ({LLAMA3_REPORT})",
+)
+# A failure checkpointless recovery does not resume restarts the job from its last checkpoint: HyperPod's
+# automatic recovery.
+CHECKPOINTLESS_FALLBACK = "hyperpod-auto"
+
+
 class PlanError(ValueError):
     """Input that makes no plan; the message names the flag."""
 
@@ -113,6 +153,8 @@ FLAGS = {
     "recovery_manual_hours": "--recovery-manual",
     "checkpoint_interval_hours": "--checkpoint-interval",
     "lost_work_hours": "--lost-work-minutes",
+    "checkpointless_success": "--checkpointless-success",
+    "checkpointless_fallback_hours": "--checkpointless-fallback",
 }
 
 
@@ -126,12 +168,35 @@ def duration_text(hours: float) -> str:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """How one recovery handles a failure: ``resumed`` of them (a fraction) resume at the last step after
+    ``resume`` hours (checkpointless), the rest restart from the last checkpoint after ``restart`` hours."""
+
+    restart: float
+    resumed: float = 0.0
+    resume: float = 0.0
+
+
+def optimal_interval(stall: float, mtbf: float, resumed: float = 0.0) -> float | None:
+    """The checkpoint interval minimising :func:`mixed_wall_hours`: only its factor
+    ``(1 + stall/tau) phi((1 - resumed)(tau + stall)/mtbf)`` depends on ``tau``, which is Daly's problem
+    at the MTBF ``mtbf/(1 - resumed)`` of the failures that restart from the checkpoint; Daly's
+    higher-order estimate solves it (within 1.4e-4 of the exact optimum's wall time for any stall below
+    that MTBF, within 1e-6 below a tenth of it). None when every failure resumes (``resumed`` 1): then
+    the wall time falls as ``tau`` grows, and no checkpoint pays for its stall."""
+    if resumed >= 1:
+        return None
+    return daly_interval(stall, mtbf / (1.0 - resumed))
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A training job on a cluster; ``gpu_hours`` None plans ratios only (goodput, saving).
 
     ``checkpoint_interval_hours``: the fixed schedule the job runs (hours of compute between saves),
-    planned beside Daly's optimum; None plans Daly's optimum only. ``checkpointless``: the recoveries
-    that resume from the last step (HyperPod checkpointless training) instead of the last checkpoint.
+    planned beside the optimum; None plans the optimum only. ``checkpointless``: the recoveries that
+    resume from the last step (HyperPod checkpointless training): ``checkpointless_success`` of the
+    failures, the rest restarting from the last checkpoint after ``checkpointless_fallback_hours``.
     ``sources``: for a field name, how its value was set, in words that name the flag (``--instances
     1000``, ``the default, ...``); error messages quote it, and fall back to the flag's name.
     """
@@ -147,6 +212,8 @@ class JobSpec:
     lost_work_hours: float = 0.0  # the linear model's work lost per failure, on top of the recovery
     checkpoint_interval_hours: float | None = None
     checkpointless: frozenset[Mode] = frozenset()
+    checkpointless_success: float = CHECKPOINTLESS_SUCCESS.value
+    checkpointless_fallback_hours: float = RECOVERY_PRESETS[CHECKPOINTLESS_FALLBACK].value / 60
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def validate(self) -> None:
@@ -168,14 +235,20 @@ class JobSpec:
             hours = self.recovery_hours(mode)
             if not hours >= 0 or math.isinf(hours):
                 raise PlanError(f"{self.source(f'recovery_{mode}_hours')}: the recovery must be >= 0 minutes")
+        if not 0 <= self.checkpointless_success <= 1:
+            raise PlanError(
+                f"{self.source('checkpointless_success')}: {self.checkpointless_success:g} must be a fraction, 0 to 1"
+            )
+        if not 0 <= self.checkpointless_fallback_hours < math.inf:
+            raise PlanError(f"{self.source('checkpointless_fallback_hours')}: the recovery must be >= 0 minutes")
         if not self.lost_work_hours >= 0:
             raise PlanError(f"--lost-work-minutes: {self.lost_work_hours * 60:g} must be >= 0")
         if self.checkpoint_interval_hours is not None and not 0 < self.checkpoint_interval_hours < math.inf:
             raise PlanError(f"--checkpoint-interval: {self.checkpoint_interval_hours * 60:g} must be > 0 minutes")
-        if self.gpu_hours is not None and not self.gpu_hours > 0:
-            raise PlanError("--gpu-hours (or --tokens x --params): the job size must be > 0")
-        if self.price_per_instance_hour < 0:
-            raise PlanError("--price: must be >= 0")
+        if self.gpu_hours is not None and not 0 < self.gpu_hours < math.inf:
+            raise PlanError("--gpu-hours (or --tokens x --params): the job size must be > 0 and finite")
+        if not 0 <= self.price_per_instance_hour < math.inf:
+            raise PlanError("--price: must be >= 0 and finite")
 
     def source(self, name: str) -> str:
         """How the field ``name`` was set, in words (the flag's name when nobody said)."""
@@ -190,6 +263,23 @@ class JobSpec:
 
     def recovery_hours(self, mode: Mode) -> float:
         return self.recovery_auto_hours if mode == "auto" else self.recovery_manual_hours
+
+    def recovery(self, mode: Mode) -> Recovery:
+        """What a failure costs with ``mode``'s recovery: a checkpointless one resumes
+        ``checkpointless_success`` of them, the rest restart from the last checkpoint."""
+        if mode in self.checkpointless:
+            return Recovery(
+                restart=self.checkpointless_fallback_hours,
+                resumed=self.checkpointless_success,
+                resume=self.recovery_hours(mode),
+            )
+        return Recovery(restart=self.recovery_hours(mode))
+
+    def optimal_interval_hours(self, mode: Mode) -> float | None:
+        """The checkpoint interval (hours of compute) that minimises the expected wall time with ``mode``'s
+        recovery: Daly's at the MTBF of the failures that restart from the checkpoint; None when there
+        are none (every failure resumes: no checkpoint pays for its stall)."""
+        return optimal_interval(self.checkpoint_stall_hours, self.job_mtbf_hours, self.recovery(mode).resumed)
 
     @property
     def job_mtbf_hours(self) -> float:
@@ -213,15 +303,45 @@ def daly_wall_hours(solve: float, interval: float, stall: float, restart: float,
         return math.inf
 
 
-def checkpointless_wall_hours(solve: float, interval: float, stall: float, restart: float, mtbf: float) -> float:
-    """The expected wall time (hours) of ``solve`` hours of compute when a recovery resumes from the last
-    step (no work lost) and a failure during the recovery starts it again: ``solve (1 + stall/interval)
-    e^(restart/mtbf)``, Daly's formula without the lost work. The checkpoint stalls stay: the job keeps
-    saving on its schedule (the fallback when a recovery cannot be checkpointless)."""
+def _exp(exponent: float) -> float:
     try:
-        return solve * (interval + stall) / interval * math.exp(restart / mtbf)
+        return math.exp(exponent)
     except OverflowError:
         return math.inf
+
+
+def recovery_factor(recovery: Recovery, mtbf: float) -> float:
+    """``p e^(R_c/M) + (1-p) e^(R_f/M)``: the wall time per hour of failure-free running that the
+    recoveries cost (a failure during a recovery starts it again), whatever the checkpoint interval."""
+    resumed = recovery.resumed
+    factor = (1.0 - resumed) * _exp(recovery.restart / mtbf) if resumed < 1 else 0.0
+    return factor + (resumed * _exp(recovery.resume / mtbf) if resumed > 0 else 0.0)
+
+
+def mixed_wall_hours(solve: float, interval: float, stall: float, mtbf: float, recovery: Recovery) -> float:
+    """The expected wall time (hours) of ``solve`` hours of compute that saves a checkpoint (``stall``) after
+    every ``interval`` hours of compute (``math.inf``: never), when ``recovery.resumed`` of the failures
+    resume at the last step after ``recovery.resume`` hours and the rest restart from the last checkpoint
+    after ``recovery.restart`` hours, losing the work since it; inf where it overflows.
+
+    Failures of the two kinds come at the rates ``p/M`` and ``(1-p)/M`` (p = ``resumed``). A segment
+    (``interval + stall`` = s) ends once it runs s hours without a failure that falls back: that takes
+    ``(e^((1-p)s/M) - 1) M/(1-p)`` hours of running, during which ``p/M`` resumed failures and ``(1-p)/M``
+    fallbacks per hour each cost a recovery that a failure starts again, ``M (e^(R/M) - 1)`` hours. So
+    ``wall = solve/interval x (e^((1-p)s/M) - 1) M/(1-p) x (p e^(R_c/M) + (1-p) e^(R_f/M))``: with
+    p = 0 Daly's formula (:func:`daly_wall_hours`), with p = 1 ``solve (1 + stall/interval) e^(R_c/M)``.
+    """
+    factor = recovery_factor(recovery, mtbf)
+    if math.isinf(interval):  # no checkpoint: a failure that falls back loses all the work so far
+        return solve * factor if recovery.resumed >= 1 else math.inf
+    segment = interval + stall
+    fallback_rate = (1.0 - recovery.resumed) / mtbf
+    exponent = fallback_rate * segment
+    try:
+        redone = math.expm1(exponent) / exponent if exponent > 0 else 1.0
+    except OverflowError:
+        return math.inf
+    return solve * segment / interval * redone * factor
 
 
 def daly_lost_work_hours(interval: float, stall: float, mtbf: float) -> float:
@@ -231,6 +351,15 @@ def daly_lost_work_hours(interval: float, stall: float, mtbf: float) -> float:
         return mtbf - segment / math.expm1(segment / mtbf)
     except OverflowError:
         return mtbf
+
+
+def downtime_hours(recovery: Recovery, interval: float, stall: float, mtbf: float) -> float:
+    """The expected downtime of one failure in Daly's model: its recovery, plus for one that restarts from
+    the last checkpoint the work lost since (:func:`daly_lost_work_hours` at the MTBF of such failures)."""
+    if recovery.resumed >= 1:
+        return recovery.resume
+    lost = daly_lost_work_hours(interval, stall, mtbf / (1.0 - recovery.resumed)) if math.isfinite(interval) else 0
+    return recovery.resumed * recovery.resume + (1.0 - recovery.resumed) * (recovery.restart + lost)
 
 
 def linear_wall_hours(solve: float, instances: int, failures_per_instance_hour: float, downtime: float) -> float:
@@ -315,6 +444,31 @@ def _recovery_text(job: JobSpec, mode: Mode) -> str:
     return f"{article} {MODE_WORDS[mode]} recovery of {minutes:.3g} min ({job.source(f'recovery_{mode}_hours')})"
 
 
+def _log_sum(*terms: tuple[float, float]) -> float:
+    """``ln(sum of weight x e^exponent)`` over the (weight, exponent) terms with a weight > 0, overflow-free."""
+    logs = [math.log(weight) + exponent for weight, exponent in terms if weight > 0]
+    top = max(logs)
+    return top + math.log(sum(math.exp(x - top) for x in logs))
+
+
+def _dominant_recovery(job: JobSpec, mode: Mode) -> tuple[str, float]:
+    """The recovery that dominates ``mode``'s recovery factor, in words, and its hours: the recovery itself,
+    or for a checkpointless one whose failures mostly fall back, the fallback to the checkpoint."""
+    recovery, mtbf = job.recovery(mode), job.job_mtbf_hours
+    if mode not in job.checkpointless:
+        return _recovery_text(job, mode), recovery.restart
+    resumed = recovery.resumed * _exp(recovery.resume / mtbf) if recovery.resumed > 0 else 0.0
+    restarted = (1 - recovery.resumed) * _exp(recovery.restart / mtbf) if recovery.resumed < 1 else 0.0
+    if resumed >= restarted:
+        return _recovery_text(job, mode) + ", checkpointless", recovery.resume
+    return (
+        f"the fallback recovery of {recovery.restart * 60:.3g} min ({job.source('checkpointless_fallback_hours')}) "
+        f"of the {1 - recovery.resumed:.1%} of failures the checkpointless {MODE_WORDS[mode]} recovery does not "
+        f"resume ({job.source('checkpointless_success')})",
+        recovery.restart,
+    )
+
+
 def _tries(exponent: float) -> str:
     """``e^exponent`` in words: how many tries one success takes."""
     if exponent < math.log(1e6):
@@ -331,25 +485,30 @@ def _floor_text(goodput: float) -> str:
 
 def _daly_horizon(job: JobSpec, mode: Mode, goodput: float, interval: float, interval_source: str) -> str:
     """Why Daly's model puts ``mode``'s recovery beyond the failure horizon: the term of
-    ``ln(wall / compute)`` that dominates it (the recovery, the work between checkpoints, the stalls)."""
-    mtbf, stall, restart = job.job_mtbf_hours, job.checkpoint_stall_hours, job.recovery_hours(mode)
+    ``ln(wall / compute)`` that dominates it (the recoveries, the work between checkpoints, the stalls)."""
+    mtbf, stall, recovery = job.job_mtbf_hours, job.checkpoint_stall_hours, job.recovery(mode)
     segment = interval + stall
-    ratio = segment / mtbf
+    fallback_mtbf = mtbf / (1 - recovery.resumed) if recovery.resumed < 1 else math.inf
+    ratio = segment / fallback_mtbf if math.isfinite(segment) else 0.0
     terms = {
-        "recovery": restart / mtbf,
-        "stall": math.log(segment / interval),
-        # ln(M (e^(segment/M) - 1) / segment): the work redone, which grows as e^(segment/M)
+        # ln(p e^(R_c/M) + (1-p) e^(R_f/M)): the recoveries, which a failure starts again
+        "recovery": _log_sum(
+            (recovery.resumed, recovery.resume / mtbf), (1 - recovery.resumed, recovery.restart / mtbf)
+        ),
+        "stall": math.log(segment / interval) if math.isfinite(interval) else 0.0,
+        # ln(M (e^(segment/M) - 1) / segment) at the fallbacks' MTBF: the work redone, growing as e^(segment/M)
         "segment": 0.0
-        if mode in job.checkpointless
+        if ratio == 0
         else ratio - math.log(ratio)
         if ratio > 700
         else math.log(math.expm1(ratio) / ratio),
     }
     culprit = max(terms, key=lambda term: terms[term])
     if culprit == "recovery":
+        text, hours = _dominant_recovery(job, mode)
         return (
-            f"{_recovery_text(job, mode)} is {terms['recovery']:.3g} times {job.mtbf_text()}: a recovery ends before "
-            f"the next failure {_tries(terms['recovery'])}, so the expected wall time diverges ({_floor_text(goodput)})"
+            f"{text} is {hours / mtbf:.3g} times {job.mtbf_text()}: a recovery ends before the next failure "
+            f"{_tries(hours / mtbf)}, so the expected wall time diverges ({_floor_text(goodput)})"
         )
     if culprit == "stall":
         return (
@@ -357,48 +516,63 @@ def _daly_horizon(job: JobSpec, mode: Mode, goodput: float, interval: float, int
             f"{stall * 3600:.3g} s stall ({job.source('checkpoint_stall_hours')}) spends "
             f"{stall / segment:.1%} of the time saving ({_floor_text(goodput)})"
         )
+    of_fallbacks = (
+        ""
+        if recovery.resumed == 0
+        else f" over the {1 - recovery.resumed:.1%} of failures that restart from the checkpoint "
+        f"({job.source('checkpointless_success')}), one every {duration_text(fallback_mtbf)}"
+    )
     return (
         f"a checkpoint every {interval * 60:.4g} min of training ({interval_source}) is "
-        f"{ratio:.3g} times {job.mtbf_text()}: the work between two checkpoints completes without a "
-        f"failure {_tries(ratio)}, so the expected wall time diverges ({_floor_text(goodput)})"
+        f"{ratio:.3g} times {job.mtbf_text()}{of_fallbacks}: the work between two checkpoints completes without "
+        f"a failure {_tries(ratio)}, so the expected wall time diverges ({_floor_text(goodput)})"
     )
 
 
 def daly_outcome(job: JobSpec, interval_hours: float | None = None) -> Outcome:
-    """Daly's model at ``interval_hours`` of compute between checkpoints (default: Daly's optimum). A
-    failure costs the restart plus the expected work lost since the last checkpoint; a checkpointless
-    recovery (``job.checkpointless``) loses no work (:func:`checkpointless_wall_hours`)."""
+    """Daly's model at ``interval_hours`` of compute between checkpoints (default: each recovery's optimum,
+    :meth:`JobSpec.optimal_interval_hours`). A failure costs the restart plus the expected work lost since
+    the last checkpoint; a checkpointless recovery (``job.checkpointless``) loses none on the failures it
+    resumes (:func:`mixed_wall_hours`)."""
     mtbf, stall = job.job_mtbf_hours, job.checkpoint_stall_hours
-    if interval_hours is None:
-        interval, interval_source = daly_interval(stall, mtbf), "Daly's optimum"
-    else:
-        interval, interval_source = interval_hours, job.source("checkpoint_interval_hours")
     slowdown: dict[Mode, float] = {}
     downtime: dict[Mode, float] = {}
+    intervals: dict[Mode, tuple[float, str]] = {}
     for mode in MODES:
-        restart = job.recovery_hours(mode)
-        if mode in job.checkpointless:
-            slowdown[mode] = checkpointless_wall_hours(1.0, interval, stall, restart, mtbf)
-            downtime[mode] = restart
+        if interval_hours is None:
+            optimum = job.optimal_interval_hours(mode)
+            intervals[mode] = (math.inf if optimum is None else optimum, "the optimum")
         else:
-            slowdown[mode] = daly_wall_hours(1.0, interval, stall, restart, mtbf)
-            downtime[mode] = restart + daly_lost_work_hours(interval, stall, mtbf)
-    return _outcome(
-        job, slowdown, downtime, lambda mode, goodput: _daly_horizon(job, mode, goodput, interval, interval_source)
-    )
+            intervals[mode] = (interval_hours, job.source("checkpoint_interval_hours"))
+        interval, recovery = intervals[mode][0], job.recovery(mode)
+        slowdown[mode] = mixed_wall_hours(1.0, interval, stall, mtbf, recovery)
+        downtime[mode] = downtime_hours(recovery, interval, stall, mtbf)
+    return _outcome(job, slowdown, downtime, lambda mode, goodput: _daly_horizon(job, mode, goodput, *intervals[mode]))
 
 
 def linear_outcome(job: JobSpec) -> Outcome:
-    """AWS's linear model; a failure costs the recovery plus the lost work given explicitly."""
-    downtimes = {mode: job.recovery_hours(mode) + job.lost_work_hours for mode in MODES}
+    """AWS's linear model; a failure costs the recovery plus the lost work given explicitly. A checkpointless
+    recovery costs its own recovery on the failures it resumes, the fallback and the lost work on the rest."""
+
+    def downtime(mode: Mode) -> float:
+        recovery = job.recovery(mode)
+        restarted = recovery.restart + job.lost_work_hours
+        if recovery.resumed >= 1:
+            return recovery.resume
+        return recovery.resumed * recovery.resume + (1 - recovery.resumed) * restarted
+
+    downtimes = {mode: downtime(mode) for mode in MODES}
     rate = 1.0 / job.instance_mtbf_hours
 
     def why(mode: Mode, goodput: float) -> str:
         lost = ""
         if job.lost_work_hours > 0:
             lost = f" plus {job.lost_work_hours * 60:.3g} min of lost work ({job.source('lost_work_hours')})"
+        text = _recovery_text(job, mode)
+        if mode in job.checkpointless:
+            text = f"{text}, checkpointless, with its fallback ({job.source('checkpointless_fallback_hours')})"
         return (
-            f"{_recovery_text(job, mode)}{lost} is {downtimes[mode] / job.job_mtbf_hours:.3g} times "
+            f"{text}{lost} is {downtimes[mode] / job.job_mtbf_hours:.3g} times "
             f"{job.mtbf_text()}: the job would be down more than {100 - GOODPUT_FLOOR * 100:g} % of the time "
             f"(linear model: {_floor_text(goodput)})"
         )
@@ -410,12 +584,16 @@ def linear_outcome(job: JobSpec) -> Outcome:
 @dataclass(frozen=True)
 class Plan:
     job_mtbf_hours: float
-    young_interval_minutes: float
+    young_interval_minutes: float  # Young's and Daly's formulas at the job MTBF: a restart's optimum
     daly_interval_minutes: float
     wall_days_ideal: float | None
     cost_ideal: float | None
     daly: Outcome
     linear: Outcome
+    # The interval each recovery's Daly rows are planned at: its optimum; None: no checkpoint (every failure resumes).
+    optimal_interval_minutes: Mapping[Mode, float | None] = field(default_factory=dict)
+    # With a checkpointless recovery: which, the share of failures it resumes, its fallback, their MTBF.
+    checkpointless: Mapping[str, Any] = field(default_factory=dict)
     checkpoint_interval_minutes: float | None = None  # the job's own schedule, when given
     at_checkpoint_interval: Outcome | None = None  # Daly's model at that schedule
 
@@ -432,6 +610,8 @@ class Plan:
             "young_interval_minutes": self.young_interval_minutes,
             "daly_interval_minutes": self.daly_interval_minutes,
         }
+        figures |= {f"optimal_interval_minutes_{mode}": self.optimal_interval_minutes.get(mode) for mode in MODES}
+        figures |= self.checkpointless
         if sized:
             figures |= {"wall_days_ideal": self.wall_days_ideal, "cost_ideal": self.cost_ideal}
         figures |= self.outcome(model).as_dict(sized=sized)
@@ -448,20 +628,52 @@ def _refuse_automatic(outcome: Outcome, model: str) -> None:
         raise PlanError(f"this job cannot finish ({model}): {outcome.beyond_horizon['auto']}")
 
 
+def non_finite(value: Any, where: str = "") -> str | None:
+    """The first figure in ``value`` (numbers, nested in dicts and lists) that is inf or NaN, by its key
+    path, or None: what JSON cannot hold."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where or 'a figure'} = {value}"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite(item, f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
+
+
+def refuse_non_finite(figures: dict[str, Any]) -> None:
+    """A figure too large for a float (a job size or a price near 1e308) is refused, naming it."""
+    found = non_finite(figures)
+    if found:
+        raise PlanError(
+            f"{found}: a figure overflows; --gpu-hours (or --tokens), --price and --instances are too large to plan"
+        )
+
+
 def plan(job: JobSpec) -> Plan:
-    """Both models for automatic and manual recovery, the checkpoint intervals and, with a fixed
-    schedule (``job.checkpoint_interval_hours``), Daly's model at it. Refused (:class:`PlanError`) when
-    automatic recovery is beyond the failure horizon."""
+    """Both models for automatic and manual recovery, each recovery's optimal checkpoint interval and, with
+    a fixed schedule (``job.checkpoint_interval_hours``), Daly's model at it. Refused (:class:`PlanError`)
+    when automatic recovery is beyond the failure horizon, or a figure overflows."""
     job.validate()
     mtbf, stall, ideal = job.job_mtbf_hours, job.checkpoint_stall_hours, job.ideal_hours
     daly, linear = daly_outcome(job), linear_outcome(job)
     interval = job.checkpoint_interval_hours
     fixed = None if interval is None else daly_outcome(job, interval)
-    _refuse_automatic(daly, "Daly's model at Daly's interval")
+    _refuse_automatic(daly, "Daly's model at its optimal interval")
     if fixed is not None:
         _refuse_automatic(fixed, "Daly's model at --checkpoint-interval")
     _refuse_automatic(linear, "linear model")
-    return Plan(
+    optimal = {mode: job.optimal_interval_hours(mode) for mode in MODES}
+    checkpointless: dict[str, Any] = {}
+    if job.checkpointless:
+        resumed = job.checkpointless_success
+        checkpointless = {
+            "checkpointless_recoveries": [mode for mode in MODES if mode in job.checkpointless],
+            "checkpointless_success": resumed,
+            "checkpointless_fallback_minutes": job.checkpointless_fallback_hours * 60,
+            "fallback_mtbf_hours": mtbf / (1 - resumed) if resumed < 1 else None,
+        }
+    result = Plan(
         job_mtbf_hours=mtbf,
         young_interval_minutes=young_interval(stall, mtbf) * 60,
         daly_interval_minutes=daly_interval(stall, mtbf) * 60,
@@ -469,9 +681,14 @@ def plan(job: JobSpec) -> Plan:
         cost_ideal=None if ideal is None else ideal * job.cluster_price_per_hour,
         daly=daly,
         linear=linear,
+        optimal_interval_minutes={mode: None if hours is None else hours * 60 for mode, hours in optimal.items()},
+        checkpointless=checkpointless,
         checkpoint_interval_minutes=None if interval is None else interval * 60,
         at_checkpoint_interval=fixed,
     )
+    for model in MODELS:
+        refuse_non_finite(result.as_dict(model))
+    return result
 
 
 def simulate_wall_hours(
@@ -483,113 +700,194 @@ def simulate_wall_hours(
     *,
     trials: int,
     seed: int,
-    checkpointless: bool = False,
+    resumed: float = 0.0,
+    resume: float = 0.0,
 ) -> list[float]:
-    """Monte-Carlo wall times of the same job: exponential failures, lost work, restarts that can fail.
-    ``checkpointless``: a recovery resumes where the failure struck (no work lost), stalls included."""
+    """Monte-Carlo wall times of the same job: exponential failures, a checkpoint (``stall``) after every
+    ``interval`` hours of compute (``math.inf``: none), recoveries that a failure starts again. A failure
+    restarts from the last checkpoint after ``restart`` hours, losing the work since; or, with the
+    probability ``resumed`` (a checkpointless recovery), resumes where it struck after ``resume`` hours."""
     rng = random.Random(seed)
     results = []
     for _ in range(trials):
         remaining, clock = solve, 0.0
-        if checkpointless:  # the failure-free time, stalls included, plus every recovery
-            remaining = solve * (interval + stall) / interval
         while remaining > 1e-12:
-            if checkpointless:
+            work = min(interval, remaining)
+            segment = work + (stall if math.isfinite(interval) else 0.0)
+            done = 0.0  # of the segment
+            while True:
                 to_failure = rng.expovariate(1.0 / mtbf)
-                if to_failure >= remaining:
-                    clock += remaining
+                if to_failure >= segment - done:  # computed (and checkpointed)
+                    clock += segment - done
                     break
                 clock += to_failure
-                remaining -= to_failure
-            else:
-                segment = min(interval, remaining)
-                to_failure = rng.expovariate(1.0 / mtbf)
-                if to_failure >= segment + stall:  # computed and checkpointed
-                    clock += segment + stall
-                    remaining -= segment
-                    continue
-                clock += to_failure  # the work since the last checkpoint is lost
-            while True:  # a failure during the restart starts it again
-                during_restart = rng.expovariate(1.0 / mtbf)
-                if during_restart >= restart:
-                    clock += restart
-                    break
-                clock += during_restart
+                if resumed >= 1 or (resumed > 0 and rng.random() < resumed):
+                    done, recovery = done + to_failure, resume  # resumes where it struck
+                else:
+                    done, recovery = 0.0, restart  # the work since the last checkpoint is lost
+                while True:  # a failure during the recovery starts it again
+                    during_recovery = rng.expovariate(1.0 / mtbf)
+                    if during_recovery >= recovery:
+                        clock += recovery
+                        break
+                    clock += during_recovery
+            remaining -= work
         results.append(clock)
     return results
 
 
+# How many failures and checkpoints ``simulate`` draws at most (about a minute of Python).
+SIMULATION_EVENTS_LIMIT = 5e7
+
+
 def simulate(job: JobSpec, *, trials: int = 2000, seed: int = 0, interval_hours: float | None = None) -> dict[str, Any]:
     """The seeded Monte-Carlo of Daly's process (means and standard errors, in days) at ``interval_hours``
-    of compute between checkpoints (default: the job's fixed schedule, else Daly's optimum); needs a job
-    size. A recovery beyond the failure horizon is not simulated (it would not end): refused when it is
-    the automatic one, else named under ``beyond_horizon``."""
+    of compute between checkpoints (default: the job's fixed schedule, else each recovery's optimum);
+    needs a job size. A recovery beyond the failure horizon is not simulated (it would not end): refused
+    when it is the automatic one, else named under ``beyond_horizon``; so is a job too large to draw."""
     job.validate()
     ideal = job.ideal_hours
     if ideal is None:
         raise PlanError("--gpu-hours or --tokens: simulate needs a job size")
-    interval = interval_hours or job.checkpoint_interval_hours
-    analytic = daly_outcome(job, interval)
+    fixed = interval_hours or job.checkpoint_interval_hours
+    analytic = daly_outcome(job, fixed)
     _refuse_automatic(analytic, "Daly's model")
-    interval = interval or daly_interval(job.checkpoint_stall_hours, job.job_mtbf_hours)
-    summary: dict[str, Any] = {"trials": trials, "interval_minutes": interval * 60}
+    intervals: dict[Mode, float] = {}
+    for mode in MODES:
+        optimum = job.optimal_interval_hours(mode)
+        intervals[mode] = fixed or (math.inf if optimum is None else optimum)
+    events = 0.0
+    for mode in MODES:
+        wall = getattr(analytic, f"wall_days_{mode}")
+        if wall is not None:
+            events += trials * (wall * 24 / job.job_mtbf_hours + ideal / intervals[mode])
+    if events > SIMULATION_EVENTS_LIMIT:
+        raise PlanError(
+            f"--trials {trials}: the simulation would draw about {events:.2g} failures and checkpoints "
+            f"(more than {SIMULATION_EVENTS_LIMIT:.0g}); lower --trials or the job size (--gpu-hours, --tokens)"
+        )
+    summary: dict[str, Any] = {"trials": trials}
+    summary |= {f"interval_minutes_{mode}": _minutes(intervals[mode]) for mode in MODES}
+    means: dict[Mode, float] = {}
     for mode in MODES:
         if mode in analytic.beyond_horizon:
             continue
+        recovery = job.recovery(mode)
         walls = simulate_wall_hours(
             ideal,
-            interval,
+            intervals[mode],
             job.checkpoint_stall_hours,
-            job.recovery_hours(mode),
+            recovery.restart,
             job.job_mtbf_hours,
             trials=trials,
             seed=seed,
-            checkpointless=mode in job.checkpointless,
+            resumed=recovery.resumed,
+            resume=recovery.resume,
         )
-        mean = statistics.fmean(walls)
-        summary[f"wall_days_{mode}"] = mean / 24
+        means[mode] = statistics.fmean(walls)
+        summary[f"wall_days_{mode}"] = means[mode] / 24
         summary[f"wall_days_{mode}_stderr"] = statistics.stdev(walls) / math.sqrt(trials) / 24 if trials > 1 else 0.0
-        summary[f"goodput_{mode}"] = ideal / mean
-        summary[f"cost_{mode}"] = mean * job.cluster_price_per_hour
+        summary[f"goodput_{mode}"] = ideal / means[mode]
+        summary[f"cost_{mode}"] = means[mode] * job.cluster_price_per_hour
     if analytic.beyond_horizon:
         summary["beyond_horizon"] = dict(analytic.beyond_horizon)
-    else:
-        summary["saving_fraction"] = (summary["cost_manual"] - summary["cost_auto"]) / summary["cost_manual"]
+    else:  # from the wall times: a price of 0 costs nothing and saves nothing, but saves the same time
+        summary["saving_fraction"] = 1 - means["auto"] / means["manual"]
+    refuse_non_finite(summary)
     return summary
 
 
-def plot(job: JobSpec, path: str) -> None:
-    """Wall-clock days vs. cluster size and vs. checkpoint interval, and the saving of automatic and
-    checkpointless recovery over manual recovery vs. cluster size, in both models (PNG). Points beyond
-    the failure horizon are left out."""
-    import matplotlib
+def _minutes(hours: float) -> float | None:
+    return None if math.isinf(hours) else hours * 60
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+PLOT_DATA_KEY = "llm-infra plan series"  # the PNG text chunk that holds what the plot was drawn from
+
+
+def plot_series(job: JobSpec) -> dict[str, Any]:
+    """What :func:`plot` draws, as numbers (JSON; None for a point beyond the failure horizon): expected
+    wall-clock days (Daly) vs cluster size and vs checkpoint interval with each recovery's optimum, and the
+    % of wall time automatic and checkpointless recovery save over manual recovery vs cluster size, in
+    both models."""
     job.validate()
     ideal = job.ideal_hours
     if ideal is None or job.gpu_hours is None:
         raise PlanError("--plot: needs a job size (--gpu-hours or --tokens)")
     gpu_hours = job.gpu_hours
-    figure, (by_size, by_interval, saving) = plt.subplots(1, 3, figsize=(18, 4.8))
     sizes = sorted({max(1, round(job.instances * f)) for f in (0.125, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4)})
     scaled = {n: replace(job, instances=n) for n in sizes if job.checkpoint_stall_hours < job.instance_mtbf_hours / n}
-    labels: dict[Mode, str] = {"auto": "automatic", "manual": "manual"}
 
-    def days(spec: JobSpec, mode: Mode, interval: float | None = None) -> float:
-        outcome = daly_outcome(spec, interval)
-        wall = getattr(outcome, f"wall_days_{mode}")
-        return float("nan") if wall is None else float(wall)
+    def days(spec: JobSpec, mode: Mode, interval: float | None = None) -> float | None:
+        wall = getattr(daly_outcome(spec, interval), f"wall_days_{mode}")
+        return None if wall is None else float(wall)
 
-    for mode, label in labels.items():
+    optima = {mode: job.optimal_interval_hours(mode) for mode in MODES}
+    finite = [hours for hours in optima.values() if hours is not None] or [
+        daly_interval(job.checkpoint_stall_hours, job.job_mtbf_hours)
+    ]
+    low, high = min(finite) / 10, max(finite) * 10
+    intervals = sorted({low * (high / low) ** (i / 24) for i in range(25)} | set(finite))
+    checkpointless = RECOVERY_PRESETS["hyperpod-checkpointless"].value / 60
+    faster: dict[str, tuple[float, frozenset[Mode]]] = {
+        f"automatic ({job.recovery_auto_hours * 60:g} min)": (job.recovery_auto_hours, job.checkpointless),
+        f"checkpointless ({checkpointless * 60:g} min, {job.checkpointless_success:.0%} of failures resumed)": (
+            checkpointless,
+            job.checkpointless | {"auto"},
+        ),
+    }
+    saving: dict[str, dict[str, list[list[float]]]] = {}
+    for label, (restart, resumes) in faster.items():
+        saving[label] = {}
+        for model, outcome_of in (("linear", linear_outcome), ("Daly", daly_outcome)):
+            points = [
+                (n, outcome_of(replace(spec, recovery_auto_hours=restart, checkpointless=resumes)).saving_fraction)
+                for n, spec in scaled.items()
+            ]
+            saving[label][model] = [[n, fraction * 100] for n, fraction in points if fraction is not None]
+    return {
+        "instances": job.instances,
+        "recovery_minutes": {mode: job.recovery_hours(mode) * 60 for mode in MODES},
+        "manual_minutes": job.recovery_manual_hours * 60,
+        "sizes": sizes,
+        "wall_days_by_size": {mode: [days(scaled[n], mode) if n in scaled else None for n in sizes] for mode in MODES},
+        "no_failures_days": [gpu_hours / (n * job.gpus_per_instance) / 24 for n in sizes],
+        "interval_minutes": [i * 60 for i in intervals],
+        "wall_days_by_interval": {mode: [days(job, mode, i) for i in intervals] for mode in MODES},
+        "optimum": {mode: None if hours is None else [hours * 60, days(job, mode)] for mode, hours in optima.items()},
+        "your_schedule": None
+        if job.checkpoint_interval_hours is None
+        else [job.checkpoint_interval_hours * 60, days(job, "auto", job.checkpoint_interval_hours)],
+        "saving_percent": saving,
+    }
+
+
+def plot(job: JobSpec, path: str) -> None:
+    """Draw :func:`plot_series` into the PNG ``path``, with the series themselves in its text chunk
+    ``PLOT_DATA_KEY`` (JSON): what the picture shows can be checked without reading pixels."""
+    import json
+
+    try:
+        import matplotlib
+    except ImportError:  # pragma: no cover - matplotlib is a dependency
+        raise PlanError("--plot: needs matplotlib (pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = plot_series(job)
+
+    def shown(values: list[float | None]) -> list[float]:
+        return [math.nan if value is None else value for value in values]
+
+    figure, (by_size, by_interval, saving) = plt.subplots(1, 3, figsize=(18, 4.8))
+    sizes = series["sizes"]
+    for mode in MODES:
         by_size.plot(
             sizes,
-            [days(scaled[n], mode) if n in scaled else float("nan") for n in sizes],
+            shown(series["wall_days_by_size"][mode]),
             marker="o",
-            label=f"{label} recovery ({job.recovery_hours(mode) * 60:g} min)",
+            label=f"{MODE_WORDS[mode]} recovery ({series['recovery_minutes'][mode]:g} min)",
         )
-    by_size.plot(sizes, [gpu_hours / (n * job.gpus_per_instance) / 24 for n in sizes], "k--", label="no failures")
+    by_size.plot(sizes, series["no_failures_days"], "k--", label="no failures")
     by_size.axvline(job.instances, color="grey", linestyle=":")
     by_size.set(
         xscale="log",
@@ -600,19 +898,21 @@ def plot(job: JobSpec, path: str) -> None:
     )
     by_size.legend()
 
-    mtbf, stall = job.job_mtbf_hours, job.checkpoint_stall_hours
-    best = daly_interval(stall, mtbf)
-    intervals = [best * f for f in (0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1, 1.4, 2, 3, 5, 7, 10)]
-    for mode, label in labels.items():
+    for mode, color in zip(MODES, ("tab:blue", "tab:orange"), strict=True):
         by_interval.plot(
-            [i * 60 for i in intervals], [days(job, mode, i) for i in intervals], label=f"{label} recovery"
+            series["interval_minutes"],
+            shown(series["wall_days_by_interval"][mode]),
+            color=color,
+            label=f"{MODE_WORDS[mode]} recovery",
         )
-    by_interval.plot([best * 60], [days(job, "auto")], "r*", markersize=14, label=f"Daly optimum {best * 60:.1f} min")
-    if job.checkpoint_interval_hours is not None:
-        yours = job.checkpoint_interval_hours
-        by_interval.plot(
-            [yours * 60], [days(job, "auto", yours)], "kD", markersize=9, label=f"your schedule {yours * 60:.1f} min"
-        )
+        optimum = series["optimum"][mode]
+        if optimum is not None and optimum[1] is not None:
+            by_interval.plot(
+                [optimum[0]], [optimum[1]], "*", color=color, markersize=14, label=f"optimum {optimum[0]:.1f} min"
+            )
+    if series["your_schedule"] is not None and series["your_schedule"][1] is not None:
+        minutes, days = series["your_schedule"]
+        by_interval.plot([minutes], [days], "kD", markersize=9, label=f"your schedule {minutes:.1f} min")
     by_interval.set(
         xscale="log",
         xlabel="checkpoint interval (minutes of compute)",
@@ -621,28 +921,24 @@ def plot(job: JobSpec, path: str) -> None:
     )
     by_interval.legend()
 
-    checkpointless = RECOVERY_PRESETS["hyperpod-checkpointless"].value / 60
-    faster: dict[str, tuple[float, frozenset[Mode]]] = {
-        f"automatic ({job.recovery_auto_hours * 60:g} min)": (job.recovery_auto_hours, job.checkpointless),
-        f"checkpointless ({checkpointless * 60:g} min)": (checkpointless, job.checkpointless | {"auto"}),
-    }
-    for (label, (restart, resumes)), color in zip(faster.items(), ("tab:blue", "tab:green"), strict=True):
-        for model, outcome_of, style in (("linear", linear_outcome, "-"), ("Daly", daly_outcome, "--")):
-            points = [
-                (n, outcome_of(replace(spec, recovery_auto_hours=restart, checkpointless=resumes)).saving_fraction)
-                for n, spec in scaled.items()
-            ]
-            shown = [(n, fraction * 100) for n, fraction in points if fraction is not None]
-            if shown:
-                saving.plot(*zip(*shown, strict=True), style, color=color, marker="o", label=f"{label}, {model}")
+    for (label, models), color in zip(series["saving_percent"].items(), ("tab:blue", "tab:green"), strict=True):
+        for model, style in (("linear", "-"), ("Daly", "--")):
+            if models[model]:
+                saving.plot(
+                    *zip(*models[model], strict=True), style, color=color, marker="o", label=f"{label}, {model}"
+                )
     saving.axvline(job.instances, color="grey", linestyle=":")
     saving.set(
         xscale="log",
         xlabel="instances",
         ylabel="% of wall time saved",
-        title=f"Saving over manual recovery ({job.recovery_manual_hours * 60:g} min) vs. cluster size",
+        title=f"Saving over manual recovery ({series['manual_minutes']:g} min) vs. cluster size",
     )
-    saving.legend()
+    saving.legend(fontsize="small")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        figure.savefig(path, dpi=110, format="png", metadata={PLOT_DATA_KEY: json.dumps(series, allow_nan=False)})
+    except OSError as err:
+        raise PlanError(f"--plot: {path}: {err.strerror or err}") from None
+    finally:
+        plt.close(figure)

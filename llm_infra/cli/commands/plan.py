@@ -15,13 +15,16 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, print_table
+from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, number, png_path, print_table, whole_number
 from llm_infra.planner import (
+    CHECKPOINTLESS_FALLBACK,
+    CHECKPOINTLESS_SUCCESS,
     FAILURE_PRESETS,
+    LLAMA3_UNEXPECTED_INTERRUPTIONS,
     MODELS,
     MODES,
     PRICE_PRESETS,
@@ -33,12 +36,15 @@ from llm_infra.planner import (
     Plan,
     PlanError,
     Preset,
+    duration_text,
     gpu_hours_for,
     plan,
     plot,
+    refuse_non_finite,
     simulate,
 )
 from llm_infra.planner.measured_run import Measurement, RunMeasurements, read_runs
+from llm_infra.workloads.checkpoint_interval import young_interval
 
 DEFAULT_STALL_SECONDS = 60.0
 DEFAULT_RECOVERY_AUTO = "hyperpod-auto"
@@ -64,12 +70,14 @@ A job that cannot finish is refused with the reason: a checkpoint stall not belo
 automatic recovery (or checkpoint schedule) whose goodput is below 1 %, where the expected wall time
 diverges. Manual recovery beyond that horizon is shown as such, without figures.
 
-A checkpointless recovery (--recovery-auto hyperpod-checkpointless) resumes from the last step: Daly's
-rows charge it no lost work, only the recovery and the checkpoint stalls of the job's schedule."""
+A checkpointless recovery (--recovery-auto hyperpod-checkpointless) resumes --checkpointless-success of
+the failures from the last step, without lost work; the rest restart from the last checkpoint
+(--checkpointless-fallback). The checkpoint interval shown for it is the optimum of that mixture: Daly's
+at the MTBF of the failures that fall back (none when every failure resumes)."""
 SIMULATE_DESCRIPTION = """The job of llm-infra plan as a seeded Monte-Carlo of Daly's process (exponential failures,
 the work since the last checkpoint lost, recoveries that a failure starts again), beside both analytic
-models: the cross-check of the plan. It needs a job size; it runs at Daly's optimum interval, or at
---checkpoint-interval."""
+models: the cross-check of the plan. It needs a job size; it runs each recovery at its optimal
+checkpoint interval, or both at --checkpoint-interval."""
 
 
 def register(commands: Any) -> None:
@@ -84,7 +92,8 @@ def register(commands: Any) -> None:
         "--plot",
         metavar="FILE.png",
         help="also draw wall time vs cluster size and vs checkpoint interval, and the saving vs cluster size, "
-        "into FILE.png (needs a job size; default: no plot)",
+        "into FILE.png, or into plan.png in a folder given; it prints the file written (needs a job size; "
+        "default: no plot)",
     )
     plan_parser.set_defaults(handler=run_plan)
 
@@ -95,9 +104,15 @@ def register(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     output = add_job_flags(sim_parser, simulating=True)
-    output.add_argument("--trials", type=int, default=2000, metavar="N", help="Monte-Carlo trials (default 2000)")
     output.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="random seed: the same seed, the same figures (default 0)"
+        "--trials", type=whole_number(minimum=2), default=2000, metavar="N", help="Monte-Carlo trials (default 2000)"
+    )
+    output.add_argument(
+        "--seed",
+        type=whole_number(minimum=0),
+        default=0,
+        metavar="N",
+        help="random seed: the same seed, the same figures (default 0)",
     )
     sim_parser.set_defaults(handler=run_simulate)
 
@@ -114,15 +129,19 @@ def add_job_flags(parser: argparse.ArgumentParser, *, simulating: bool) -> argpa
     failures = parser.add_argument_group("failures, checkpoints and recovery")
     cost = parser.add_argument_group("cost")
     output = parser.add_argument_group("input and output")
-    required.add_argument("--instances", type=int, required=True, metavar="N", help="instances in the cluster")
+    required.add_argument(
+        "--instances", type=whole_number(minimum=1), required=True, metavar="N", help="instances in the cluster"
+    )
     rate = required.add_mutually_exclusive_group(required=True)
     rate.add_argument(
         "--failure-rate",
-        type=float,
+        type=number(above=0),
         metavar="PERCENT",
         help="failures per instance-hour, in %% (0.05: one failure per 2,000 instance-hours)",
     )
-    rate.add_argument("--mtbf-hours", type=float, metavar="HOURS", help="mean time between failures of one instance")
+    rate.add_argument(
+        "--mtbf-hours", type=number(above=0), metavar="HOURS", help="mean time between failures of one instance"
+    )
     rate.add_argument(
         "--failure-preset",
         choices=sorted(FAILURE_PRESETS),
@@ -132,79 +151,104 @@ def add_job_flags(parser: argparse.ArgumentParser, *, simulating: bool) -> argpa
     one_size = (required if simulating else size).add_mutually_exclusive_group(required=simulating)
     one_size.add_argument(
         "--gpu-hours",
-        type=float,
+        type=number(above=0),
         metavar="GPU_HOURS",
         help="the job's size in GPU-hours of failure-free training" + ("" if simulating else " (default: none)"),
     )
     one_size.add_argument(
         "--tokens",
-        type=float,
+        type=number(above=0),
         metavar="TOKENS",
         help="the job's size in tokens to train: at 6 x --params x tokens FLOPs (--mfu, --peak-tflops), or at "
         "the tokens/s per GPU --from-run measured" + ("" if simulating else " (default: none)"),
     )
     size.add_argument(
         "--params",
-        type=float,
+        type=number(above=0),
         metavar="N",
         help="the model's parameter count (e.g. 8e9), to size a --tokens job at 6 FLOPs per parameter per token; "
         "only with --tokens (default: none)",
     )
     size.add_argument(
         "--mfu",
-        type=float,
+        type=number(above=0, maximum=1),
         metavar="FRACTION",
         help=f"model FLOPs utilization, a fraction of the GPU's peak; only with --tokens and --params "
         f"(default {DEFAULT_MFU:g})",
     )
     size.add_argument(
         "--peak-tflops",
-        type=float,
+        type=number(above=0),
         metavar="TFLOPS",
         help=f"a GPU's dense bf16 peak, TFLOP/s; only with --tokens and --params (default {DEFAULT_PEAK_TFLOPS:g}: "
         "H100 and H200 SXM)",
     )
     size.add_argument(
-        "--gpus-per-instance", type=int, default=8, metavar="N", help="GPUs per instance (default 8: p5.48xlarge)"
+        "--gpus-per-instance",
+        type=whole_number(minimum=1),
+        default=8,
+        metavar="N",
+        help="GPUs per instance (default 8: p5.48xlarge)",
     )
     stall_presets = ", ".join(
         f"{name} ({p.value:g} s, HyperPod managed tiered checkpointing)" for name, p in STALL_PRESETS.items()
     )
     failures.add_argument(
         "--checkpoint-stall",
+        type=number_or_preset(STALL_PRESETS, "seconds", above=0),
         metavar="SECONDS|PRESET",
         help=f"seconds training stalls per checkpoint save, or a preset: {stall_presets}; "
         f"default {DEFAULT_STALL_SECONDS:g} s, or what --from-run measured",
     )
     failures.add_argument(
         "--checkpoint-interval",
-        type=float,
+        type=number(above=0),
         metavar="MINUTES",
         help=(
-            "your fixed schedule: minutes of training between checkpoint saves, simulated instead of Daly's "
-            "optimum (default: Daly's optimum)"
+            "your fixed schedule: minutes of training between checkpoint saves, simulated instead of each "
+            "recovery's optimum (default: the optimum)"
             if simulating
             else "your fixed schedule: minutes of training between checkpoint saves; the plan shows its goodput, "
-            "wall time and cost in Daly's model beside Daly's optimum (default: none, Daly's optimum only)"
+            "wall time and cost in Daly's model beside the optimum (default: none, the optimum only)"
         ),
     )
     presets = ", ".join(f"{name} ({p.value:g})" for name, p in RECOVERY_PRESETS.items())
     failures.add_argument(
         "--recovery-auto",
+        type=number_or_preset(RECOVERY_PRESETS, "minutes", minimum=0),
         metavar="MINUTES|PRESET",
         help=f"minutes of downtime per failure with automatic recovery, or a preset: {presets}; "
-        f"{CHECKPOINTLESS} resumes from the last step, so Daly's model charges it no lost work; "
-        f"default {DEFAULT_RECOVERY_AUTO}, or what --from-run measured",
+        f"{CHECKPOINTLESS} resumes --checkpointless-success of the failures from the last step, without lost "
+        f"work; default {DEFAULT_RECOVERY_AUTO}, or what --from-run measured",
     )
     failures.add_argument(
         "--recovery-manual",
+        type=number_or_preset(RECOVERY_PRESETS, "minutes", minimum=0),
         metavar="MINUTES|PRESET",
         help=f"minutes of downtime per failure with manual recovery, or a preset as for --recovery-auto "
         f"(default {DEFAULT_RECOVERY_MANUAL}: {RECOVERY_PRESETS[DEFAULT_RECOVERY_MANUAL].value:g} min)",
     )
     failures.add_argument(
+        "--checkpointless-success",
+        type=number(minimum=0, maximum=1),
+        metavar="FRACTION",
+        help=f"with a checkpointless recovery ({CHECKPOINTLESS}), the fraction of failures it resumes from the "
+        "last step; the rest restart from the last checkpoint (--checkpointless-fallback) (default "
+        f"{CHECKPOINTLESS_SUCCESS.value:.3f}, an assumption, not a measurement, as no success rate is published: the "
+        "faults of one GPU or one host, which leave the peers' copies of the state intact, among Llama 3's "
+        f"{LLAMA3_UNEXPECTED_INTERRUPTIONS} unexpected interruptions, arXiv 2407.21783 Table 5)",
+    )
+    failures.add_argument(
+        "--checkpointless-fallback",
+        type=number_or_preset(RECOVERY_PRESETS, "minutes", minimum=0),
+        metavar="MINUTES|PRESET",
+        help="with a checkpointless recovery, the minutes of downtime of a failure it does not resume, which "
+        "restarts from the last checkpoint, or a preset as for --recovery-auto (default "
+        f"{CHECKPOINTLESS_FALLBACK}: {RECOVERY_PRESETS[CHECKPOINTLESS_FALLBACK].value:g} min)",
+    )
+    failures.add_argument(
         "--lost-work-minutes",
-        type=float,
+        type=number(minimum=0),
         default=0.0,
         metavar="MINUTES",
         help="the linear model only: minutes of work lost per failure, added to its downtime; Daly's model "
@@ -213,7 +257,7 @@ def add_job_flags(parser: argparse.ArgumentParser, *, simulating: bool) -> argpa
     price = cost.add_mutually_exclusive_group()
     price.add_argument(
         "--price",
-        type=float,
+        type=number(minimum=0),
         metavar="DOLLARS",
         help=("$ per instance-hour, for the cost in --output json" if simulating else "$ per instance-hour")
         + f" (default: the {DEFAULT_PRICE_PRESET} preset, ${PRICE_PRESETS[DEFAULT_PRICE_PRESET]:g})",
@@ -265,13 +309,33 @@ class Inputs:
     warnings: tuple[str, ...] = ()  # what --from-run cannot vouch for: printed on stderr, in the JSON
 
 
-def _number_or_preset(flag: str, text: str, presets: Mapping[str, Preset]) -> float:
-    if text in presets:
-        return presets[text].value
-    try:
-        return float(text)
-    except ValueError:
-        raise PlanError(f"{flag}: {text!r} is neither a number nor a preset ({', '.join(presets)})") from None
+def number_or_preset(
+    presets: Mapping[str, Preset], unit: str, *, minimum: float | None = None, above: float | None = None
+) -> Callable[[str], str]:
+    """An argparse ``type`` for a flag that takes a finite number of ``unit`` or the name of one of ``presets``:
+    anything else (``inf``, ``nan``, a name that is none of them) is refused, naming what it takes. It keeps
+    the text as given (the messages quote it; a preset can mean more than its number)."""
+    parse = number(minimum=minimum, above=above)
+    bounds = (f" >= {minimum:g}" if minimum is not None else "") + (f" > {above:g}" if above is not None else "")
+
+    def check(text: str) -> str:
+        if text in presets:
+            return text
+        try:
+            parse(text)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected {unit} (a finite number{bounds}) or a preset ({', '.join(presets)}), got {text!r}"
+            ) from None
+        return text
+
+    check.__name__ = "number or preset"
+    return check
+
+
+def _number_or_preset(text: str, presets: Mapping[str, Preset]) -> float:
+    """The value of a flag's text that :func:`number_or_preset` let through."""
+    return presets[text].value if text in presets else float(text)
 
 
 def _given_text(flag: str, text: str, presets: Mapping[str, Preset], unit: str) -> str:
@@ -302,12 +366,12 @@ def inputs_from(args: argparse.Namespace) -> Inputs:
             if run is not None:
                 overridden.append(f"{name} = {run.value:g} ({run.how}): {flag} given")
             sources[field] = _given_text(flag, given, presets, unit)
-            return _number_or_preset(flag, given, presets)
+            return _number_or_preset(given, presets)
         if run is not None:
             measured[name] = run
             sources[field] = f"{run.value:.3g} {unit} measured by --from-run: {run.how}"
             return run.value
-        value = _number_or_preset(flag, default, presets)
+        value = _number_or_preset(default, presets)
         preset = f": the {default} preset," if default in presets else ""
         sources[field] = f"the default{preset} {value:g} {unit}; no {flag} given"
         return value
@@ -349,6 +413,39 @@ def inputs_from(args: argparse.Namespace) -> Inputs:
         checkpointless.add("auto")
     if args.recovery_manual == CHECKPOINTLESS:
         checkpointless.add("manual")
+    resumed = CHECKPOINTLESS_SUCCESS.value
+    fallback_min = RECOVERY_PRESETS[CHECKPOINTLESS_FALLBACK].value
+    ignored = [
+        flag
+        for flag, value in (
+            ("--checkpointless-success", args.checkpointless_success),
+            ("--checkpointless-fallback", args.checkpointless_fallback),
+        )
+        if value is not None
+    ]
+    if ignored and not checkpointless:
+        them = "it" if len(ignored) == 1 else "them"
+        raise PlanError(
+            f"{', '.join(ignored)}: only with a checkpointless recovery (--recovery-auto {CHECKPOINTLESS}); no "
+            f"recovery here is checkpointless: pass --recovery-auto {CHECKPOINTLESS} or drop {them}"
+        )
+    if args.checkpointless_success is not None:
+        resumed = args.checkpointless_success
+        sources["checkpointless_success"] = f"--checkpointless-success {resumed:g}"
+    else:
+        sources["checkpointless_success"] = (
+            f"the default {resumed:.3f}, assumed, not measured; no --checkpointless-success given"
+        )
+    if args.checkpointless_fallback is not None:
+        fallback_min = _number_or_preset(args.checkpointless_fallback, RECOVERY_PRESETS)
+        sources["checkpointless_fallback_hours"] = _given_text(
+            "--checkpointless-fallback", args.checkpointless_fallback, RECOVERY_PRESETS, "min"
+        )
+    else:
+        sources["checkpointless_fallback_hours"] = (
+            f"the default: the {CHECKPOINTLESS_FALLBACK} preset, {fallback_min:g} min; "
+            "no --checkpointless-fallback given"
+        )
     if args.checkpoint_interval is not None:
         sources["checkpoint_interval_hours"] = f"--checkpoint-interval {args.checkpoint_interval:g}"
     if args.lost_work_minutes:
@@ -366,6 +463,8 @@ def inputs_from(args: argparse.Namespace) -> Inputs:
         price_per_instance_hour=args.price if args.price is not None else PRICE_PRESETS[args.price_preset],
         checkpoint_interval_hours=None if args.checkpoint_interval is None else args.checkpoint_interval / 60,
         checkpointless=frozenset(checkpointless),
+        checkpointless_success=resumed,
+        checkpointless_fallback_hours=fallback_min / 60,
         sources=sources,
     )
     job.validate()
@@ -473,28 +572,38 @@ def _warn(warnings: tuple[str, ...]) -> None:
         print(f"llm-infra: warning: {warning}", file=sys.stderr, flush=True)
 
 
+def _dumps(payload: dict[str, Any]) -> str:
+    """The JSON of ``payload``, refused (one line, naming the figure) rather than written with NaN or Infinity."""
+    refuse_non_finite(payload)
+    return json.dumps(payload, allow_nan=False)
+
+
 def run_plan(args: argparse.Namespace) -> int:
     inputs = inputs_from(args)
     job = inputs.job
+    picture = str(png_path("--plot", args.plot, "plan.png")) if args.plot else None
     result = plan(job)
     _warn(inputs.warnings)
-    if args.plot:
-        plot(job, args.plot)
+    if picture:
+        plot(job, picture)
     if args.output == OUTPUT_JSON:
         payload = result.as_dict(args.model)
         if args.from_run:
             payload["measured"] = {name: m.value for name, m in inputs.measured.items()}
             if inputs.step_seconds:
-                payload["daly_interval_steps"] = result.daly_interval_minutes * 60 / inputs.step_seconds.value
+                minutes = result.optimal_interval_minutes["auto"]
+                payload["daly_interval_steps"] = None if minutes is None else minutes * 60 / inputs.step_seconds.value
             if inputs.shutdown_budget_seconds:
                 payload["shutdown_budget_seconds"] = inputs.shutdown_budget_seconds.value
             payload["notes"] = list(inputs.notes)
             payload["warnings"] = list(inputs.warnings)
-        print(json.dumps(payload))
+        if picture:
+            payload["plot"] = picture
+        print(_dumps(payload))
         return 0
     print_plan(inputs, result, args.model)
-    if args.plot:
-        print(f"plot: {args.plot}")
+    if picture:
+        print(f"plot: {picture}")
     return 0
 
 
@@ -521,6 +630,56 @@ def _rows(label: str, outcome: Outcome, sized: bool) -> list[list[str]]:
     return rows
 
 
+def _steps(inputs: Inputs, minutes: float | None) -> str:
+    """`` = 434 steps`` when the run logged its step time."""
+    if inputs.step_seconds is None or minutes is None:
+        return ""
+    return f" = {minutes * 60 / inputs.step_seconds.value:,.0f} steps"
+
+
+def _interval_lines(inputs: Inputs, result: Plan) -> list[str]:
+    """The job MTBF, the stall, and each recovery's optimal checkpoint interval: Daly's at the job MTBF for a
+    recovery that restarts from the last checkpoint; for a checkpointless one, Daly's at the MTBF of the
+    failures it does not resume (none when it resumes them all). The steps go with the automatic one."""
+    job = inputs.job
+    stall = f"stall {job.checkpoint_stall_hours * 3600:g} s"
+    restarting = [mode for mode in MODES if mode not in job.checkpointless]
+    steps = _steps(inputs, result.daly_interval_minutes) if "auto" in restarting else ""
+    formulas = f"(Daly; Young: {result.young_interval_minutes:.1f} min)"
+    if not job.checkpointless:
+        every = f"checkpoint every {result.daly_interval_minutes:.1f} min{steps} {formulas}, "
+    elif restarting:
+        every = (
+            f"checkpoint every {result.daly_interval_minutes:.1f} min{steps} with {restarting[0]} recovery {formulas}, "
+        )
+    else:
+        every = ""
+    lines = [f"job MTBF: {result.job_mtbf_hours:.2f} h;  {every}{stall}"]
+    for mode in sorted(job.checkpointless, key=MODES.index):
+        recovery, minutes = job.recovery(mode), result.optimal_interval_minutes[mode]
+        steps = _steps(inputs, minutes) if mode == "auto" else ""
+        resumes = f"from the last step in {recovery.resume * 60:g} min"
+        if minutes is None:
+            lines.append(
+                f"{mode} recovery, checkpointless: every failure resumes {resumes} "
+                f"({job.source('checkpointless_success')}): no checkpoint pays for its stall (the optimum: none)"
+            )
+            continue
+        fallback_mtbf = job.job_mtbf_hours / (1 - recovery.resumed)
+        young = young_interval(job.checkpoint_stall_hours, fallback_mtbf) * 60
+        lines.append(
+            f"{mode} recovery, checkpointless: {recovery.resumed:.1%} of failures resume {resumes}, the rest restart "
+            f"from the last checkpoint in {recovery.restart * 60:g} min, one every {duration_text(fallback_mtbf)}: "
+            f"checkpoint every {minutes:.1f} min{steps} (Daly at that MTBF; Young: {young:.1f} min)"
+        )
+    if job.checkpointless and job.source("checkpointless_success").startswith("the default"):
+        lines.append(
+            f"  {job.checkpointless_success:.1%} resumed: the default of --checkpointless-success, "
+            f"{CHECKPOINTLESS_SUCCESS.source}"
+        )
+    return lines
+
+
 def print_plan(inputs: Inputs, result: Plan, chosen: str) -> None:
     job = inputs.job
     size = f"{job.gpu_hours:,.0f} GPU-hours" if job.gpu_hours is not None else "no job size (ratios only)"
@@ -529,14 +688,8 @@ def print_plan(inputs: Inputs, result: Plan, chosen: str) -> None:
         f"{job.instance_mtbf_hours:,.0f} h ({100 / job.instance_mtbf_hours:.4g} %/instance-hour), "
         f"${job.price_per_instance_hour:,.2f}/instance-hour"
     )
-    every_steps = ""
-    if inputs.step_seconds:
-        every_steps = f" = {result.daly_interval_minutes * 60 / inputs.step_seconds.value:,.0f} steps"
-    print(
-        f"job MTBF: {result.job_mtbf_hours:.2f} h;  checkpoint every {result.daly_interval_minutes:.1f} min"
-        f"{every_steps} (Daly; Young: {result.young_interval_minutes:.1f} min), "
-        f"stall {job.checkpoint_stall_hours * 3600:g} s"
-    )
+    for line in _interval_lines(inputs, result):
+        print(line)
     if inputs.measured or inputs.step_seconds or inputs.overridden or inputs.shutdown_budget_seconds or inputs.notes:
         print("from the run:")
         for name, measurement in inputs.measured.items():
@@ -564,10 +717,18 @@ def print_plan(inputs: Inputs, result: Plan, chosen: str) -> None:
     for model in MODELS:
         print(f"{model}: {_saving(result.outcome(model))}")
     if fixed is not None and minutes is not None:
-        print(_schedule_line(result.daly, fixed, minutes, result.daly_interval_minutes))
+        print(_schedule_line(result.daly, fixed, minutes, result.optimal_interval_minutes["auto"]))
         for mode, reason in fixed.beyond_horizon.items():
             print(f"daly, every {minutes:g} min, {mode}: beyond the failure horizon: {reason}")
-    resumes = "".join(f"; {mode} recovery is checkpointless: no work lost" for mode in sorted(job.checkpointless))
+    resumes = "".join(
+        f"; {mode} recovery is checkpointless: "
+        + (
+            "no work lost"
+            if job.checkpointless_success >= 1
+            else f"{job.checkpointless_success:.1%} of failures lose no work, the rest fall back"
+        )
+        for mode in sorted(job.checkpointless, key=MODES.index)
+    )
     print(
         f"(* the model --output json carries; downtime/failure: linear = recovery + --lost-work-minutes "
         f"({job.lost_work_hours * 60:g}); Daly = recovery + expected work lost since the last checkpoint{resumes})"
@@ -586,11 +747,13 @@ def _saving(outcome: Outcome) -> str:
     return text
 
 
-def _schedule_line(daly: Outcome, fixed: Outcome, minutes: float, daly_minutes: float) -> str:
-    """The user's schedule against Daly's optimum, with automatic recovery (never beyond the horizon here)."""
+def _schedule_line(daly: Outcome, fixed: Outcome, minutes: float, optimum: float | None) -> str:
+    """The user's schedule against the optimum (``optimum`` minutes, None: no checkpoint), with automatic
+    recovery (never beyond the horizon here)."""
     assert daly.goodput_auto is not None and fixed.goodput_auto is not None  # plan() refused otherwise
+    best = "no checkpoint" if optimum is None else f"every {optimum:.1f} min"
     text = (
-        f"your schedule, a checkpoint every {minutes:g} min, vs Daly's {daly_minutes:.1f} min, automatic recovery: "
+        f"your schedule, a checkpoint every {minutes:g} min, vs the optimum, {best}, automatic recovery: "
         f"goodput {fixed.goodput_auto:.3f} vs {daly.goodput_auto:.3f}"
     )
     if fixed.wall_days_auto is not None and daly.wall_days_auto is not None:
@@ -598,6 +761,20 @@ def _schedule_line(daly: Outcome, fixed: Outcome, minutes: float, daly_minutes: 
     if fixed.cost_auto is not None and daly.cost_auto is not None:
         text += f", {fixed.cost_auto - daly.cost_auto:+,.0f} $"
     return text
+
+
+def _simulated_intervals(result: dict[str, Any], fixed: bool) -> str:
+    """``a checkpoint every 30.0 min (Daly's optimum)``, or each recovery's when they differ."""
+    minutes = {mode: result[f"interval_minutes_{mode}"] for mode in MODES}
+    if fixed:
+        return f"a checkpoint every {minutes['auto']:.1f} min (--checkpoint-interval)"
+    if minutes["auto"] == minutes["manual"]:
+        return f"a checkpoint every {minutes['auto']:.1f} min (Daly's optimum)"
+    each = [
+        f"{'no checkpoint' if value is None else f'a checkpoint every {value:.1f} min'} with {mode} recovery"
+        for mode, value in minutes.items()
+    ]
+    return f"{', '.join(each)} (each one's optimum)"
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -612,11 +789,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         payload: dict[str, Any] = {"simulated": result, "analytic": analytic.as_dict(args.model)}
         if args.from_run:
             payload["warnings"] = list(inputs.warnings)
-        print(json.dumps(payload))
+        print(_dumps(payload))
         return 0
     daly = analytic.at_checkpoint_interval or analytic.daly
-    where = "--checkpoint-interval" if analytic.at_checkpoint_interval else "Daly's optimum"
-    print(f"{args.trials} trials, a checkpoint every {result['interval_minutes']:.1f} min ({where})")
+    print(f"{args.trials} trials, {_simulated_intervals(result, analytic.at_checkpoint_interval is not None)}")
     marks = {model: " *" if model == args.model else "" for model in MODELS}
     rows = []
     for mode in MODES:
