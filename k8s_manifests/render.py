@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
 import cdk8s
 
 from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.input_files import InputFileError, read_json
 from llm_infra.k8s_manifests.base_chart import BaseChart
 from llm_infra.k8s_manifests.fsx_storage_chart import FsxStorageChart
 from llm_infra.k8s_manifests.kuberay_chart import KubeRayChart
@@ -55,79 +55,70 @@ def build_charts(
     return charts
 
 
-def fsx_from_outputs(outputs_file: Path, storage_gib: int) -> FsxVolume | None:
-    """The FSx ids from ``cdk deploy --outputs-file`` (the storage stack's outputs), if present."""
-    if not outputs_file.is_file():
+OUTPUTS_ADVICE = "pass the file cdk deploy --outputs-file wrote, or move it away to render without deployed values"
+
+
+def deployed_outputs(outputs_file: Path, *, flag: str = "--outputs-file") -> dict[str, str]:
+    """Every stack output in ``cdk deploy --outputs-file``'s file ({stack: {name: value}}), by name;
+    none when there is no file yet (before the first deploy)."""
+    if not outputs_file.exists():
+        return {}
+    stacks = read_json(outputs_file, flag=flag, advice=OUTPUTS_ADVICE)
+    if not isinstance(stacks, dict) or not all(isinstance(outputs, dict) for outputs in stacks.values()):
+        raise InputFileError(f"{flag} {outputs_file}: not {{stack: {{output: value}}}}; {OUTPUTS_ADVICE}")
+    return {str(name): str(value) for outputs in stacks.values() for name, value in outputs.items()}
+
+
+def fsx_from_outputs(outputs: dict[str, str], storage_gib: int) -> FsxVolume | None:
+    """The FSx ids from the storage stack's outputs, if present."""
+    if "FileSystemId" not in outputs:
         return None
-    for outputs in json.loads(outputs_file.read_text()).values():
-        if "FileSystemId" in outputs:
-            return FsxVolume(
-                file_system_id=outputs["FileSystemId"],
-                dns_name=outputs["FileSystemDnsName"],
-                mount_name=outputs["FileSystemMountName"],
-                storage_gib=storage_gib,
-            )
-    return None
+    return FsxVolume(
+        file_system_id=outputs["FileSystemId"],
+        dns_name=outputs["FileSystemDnsName"],
+        mount_name=outputs["FileSystemMountName"],
+        storage_gib=storage_gib,
+    )
 
 
-def checkpoint_bucket_from_outputs(outputs_file: Path) -> str | None:
-    """The checkpoint bucket's name from ``cdk deploy --outputs-file`` (the storage stack's outputs), if present."""
-    if not outputs_file.is_file():
-        return None
-    for outputs in json.loads(outputs_file.read_text()).values():
-        if "CheckpointBucketName" in outputs:
-            return str(outputs["CheckpointBucketName"])
-    return None
-
-
-def training_image_from_outputs(outputs_file: Path) -> str | None:
-    """The image ``image_asset=true`` built and pushed, from ``cdk deploy --outputs-file`` (the cluster
-    stack's outputs), if present."""
-    if not outputs_file.is_file():
-        return None
-    for outputs in json.loads(outputs_file.read_text()).values():
-        if TRAINING_IMAGE_OUTPUT in outputs:
-            return str(outputs[TRAINING_IMAGE_OUTPUT])
-    return None
-
-
-def with_deployed_ray_image(config: TrainingConfig, outputs_file: Path) -> TrainingConfig:
+def with_deployed_ray_image(config: TrainingConfig, outputs: dict[str, str]) -> TrainingConfig:
     """``config`` with the deployed training image as its Ray image when ``ray_image`` is unset.
 
     The image is workloads/Dockerfile built with ``RAY_VERSION=ray_version``, tagged ``ray<version>-<hash>``
     (the cluster stack's docker tag prefix), so the Ray image rules hold for it as for one set by hand; a
     mismatch means the deployed image holds another Ray than ``ray_version`` now asks for.
     """
-    built = training_image_from_outputs(outputs_file) if config.ray_image is None else None
+    built = outputs.get(TRAINING_IMAGE_OUTPUT) if config.ray_image is None else None
     if built is None:
         return config
     try:
         return config.with_(ray_image=built)
     except ConfigError as error:
         raise ConfigError(
-            f"{TRAINING_IMAGE_OUTPUT} in {outputs_file} ({built}) does not fit this config: deploy again with "
-            f"image_asset=true to rebuild it for ray_version, or set ray_image.\n{error}"
+            f"{TRAINING_IMAGE_OUTPUT} in the deployed stack's outputs ({built}) does not fit this config: deploy "
+            f"again with image_asset=true to rebuild it for ray_version, or set ray_image.\n{error}"
         ) from None
 
 
-def deployed_values(config: TrainingConfig, outputs_file: Path) -> WorkloadValues:
+def deployed_values(config: TrainingConfig, outputs_file: Path, *, flag: str = "--outputs-file") -> WorkloadValues:
     """The values for ``config`` with what the deployed stacks' outputs tell: the FSx volume, the
     checkpoint bucket (for tiered checkpoints) and the image ``image_asset`` built (the jobs' image with
     ``image_asset``, the Ray pods' when ``ray_image`` is unset), each when present."""
-    config = with_deployed_ray_image(config, outputs_file)
+    outputs = deployed_outputs(outputs_file, flag=flag)
+    config = with_deployed_ray_image(config, outputs)
     values = WorkloadValues.from_config(
         config,
-        fsx=fsx_from_outputs(outputs_file, config.fsx_storage_gib),
-        checkpoint_bucket=checkpoint_bucket_from_outputs(outputs_file),
+        fsx=fsx_from_outputs(outputs, config.fsx_storage_gib),
+        checkpoint_bucket=outputs.get("CheckpointBucketName"),
     )
-    built = training_image_from_outputs(outputs_file)
+    built = outputs.get(TRAINING_IMAGE_OUTPUT)
     # As in the CDK app (stacks/workloads.py): with image_asset the jobs run the image deploy built too.
     return replace(values, image=built) if config.image_asset and built else values
 
 
 def write_dist(config: TrainingConfig, outdir: Path, *, outputs_file: Path = Path("cdk-outputs.json")) -> list[Path]:
     """Write one YAML file per chart into ``outdir`` (old files there are removed)."""
-    values = deployed_values(config, outputs_file)
+    values = deployed_values(config, outputs_file, flag="the outputs file")
     outdir.mkdir(parents=True, exist_ok=True)
     for old in outdir.glob("*.k8s.yaml"):
         old.unlink()

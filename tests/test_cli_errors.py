@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,7 +101,7 @@ def test_a_dashboard_template_that_is_not_json(tmp_path: Path, capsys) -> None:
     template = tmp_path / "t.json"
     template.write_text("nope")
     code, _, err = run(capsys, "dashboard", "--template", str(template), "--out", str(tmp_path / "d.png"))
-    assert code == 1 and "not JSON" in one_error(err)
+    assert code == 2 and f"--template {template}: not JSON (Expecting value at line 1 column 1)" in one_error(err)
 
 
 def test_a_closed_pipe_ends_quietly(monkeypatch, capsys) -> None:
@@ -167,3 +170,61 @@ def test_a_bug_keeps_its_traceback(monkeypatch) -> None:
 def test_aws_and_kubernetes_failures_in_words(error: BaseException, says: str) -> None:
     message = explain(error)
     assert message is not None and message.startswith(says)
+
+
+# ---- the start-up, a closed pipe, an encoding without ± ------------------------------------------------------
+LLM_INFRA = str(Path(sys.executable).with_name("llm-infra"))
+
+
+def test_ctrl_c_while_the_commands_load_is_quiet(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The interrupt lands while main() loads the commands (here: in build_parser, deterministically)."""
+    real = cli.build_parser
+
+    def interrupted_while_loading():
+        os.kill(os.getpid(), signal.SIGINT)
+        return real()
+
+    monkeypatch.setattr(cli, "build_parser", interrupted_while_loading)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh process
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["plan", *JOB])
+    assert exited.value.code == 130 and capsys.readouterr().err == "\nllm-infra: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Python's own again
+
+
+@pytest.mark.parametrize("after", [0.05, 0.1, 0.15, 0.2, 0.25, 0.35, 0.5])
+def test_ctrl_c_while_the_command_starts_is_quiet(after: float) -> None:
+    """The console script, interrupted at points across its start. Before the interpreter has read its own
+    site packages (~20 ms here, longer on a loaded machine) no program's code runs yet: Python itself dies
+    of the signal, quietly (-2) or with its 'init_import_site' fatal error, and that is accepted as such."""
+    process = subprocess.Popen(
+        [LLM_INFRA, "plan", *JOB], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    time.sleep(after)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    if process.returncode == -signal.SIGINT or err.startswith("Fatal Python error: init_import_site"):
+        return  # the interpreter's own start
+    assert "Traceback" not in err
+    if process.returncode != 0:  # it may have finished first
+        assert (process.returncode, err.strip()) == (130, "llm-infra: interrupted")
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["plan", "--help"], ["plan", *JOB]])
+def test_a_reader_that_left_before_anything_was_read(argv: list[str]) -> None:
+    """``llm-infra --version | true``: the pipe is closed before the command writes."""
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "wb") as closed:
+        result = subprocess.run([LLM_INFRA, *argv], stdout=closed, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert result.stderr == "" and result.returncode in (0, 1)
+
+
+def test_a_terminal_that_cannot_write_plus_minus(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    result = subprocess.run(
+        [LLM_INFRA, "simulate", *JOB, "--trials", "50"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "+/- stderr" in result.stdout and "Traceback" not in result.stderr

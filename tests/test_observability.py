@@ -296,4 +296,4 @@ def test_dashboard_diagram_draws_every_widget_and_alarm(default_app, tmp_path) -
 
 def test_dashboard_command_needs_a_synthesized_template(tmp_path, capsys) -> None:
     assert cli_main(["dashboard", "--template", str(tmp_path / "missing.json"), "--out", str(tmp_path / "d.png")]) == 2
-    assert "run `make synth` first" in capsys.readouterr().err
+    assert "no such file; pass the cluster stack's template that make synth writes" in capsys.readouterr().err

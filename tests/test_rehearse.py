@@ -125,7 +125,10 @@ def test_bad_input_is_one_line_and_exit_2(synthesized, capsys, tmp_path: Path) -
     flags = synthesized(TrainingConfig())
     code, out, err = run_cli(capsys, "rehearse", *flags, "--apply", str(tmp_path / "absent.yaml"))
     assert (code, out) == (2, "")
-    assert err == f"llm-infra: error: --apply: cannot read {tmp_path / 'absent.yaml'}: No such file or directory\n"
+    assert err == (
+        f"llm-infra: error: --apply {tmp_path / 'absent.yaml'}: no such file; pass a YAML file of Kubernetes "
+        "objects, as kubectl apply -f takes\n"
+    )
 
     (tmp_path / "list.yaml").write_text("- a\n- b\n")
     code, _, err = run_cli(capsys, "rehearse", *flags, "--apply", str(tmp_path / "list.yaml"))

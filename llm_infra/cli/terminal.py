@@ -7,6 +7,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 EXIT_BAD_INPUT = 2
@@ -40,6 +41,10 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\nSee '{self.prog} --help'.\n")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        sys.stdout.flush()  # what --help or --version printed: a closed pipe shows inside the error boundary
+        super().exit(status, message)
 
 
 def number(
@@ -87,6 +92,22 @@ def whole_number(*, minimum: int = 0) -> Callable[[str], int]:
 
     parse.__name__ = "whole number"
     return parse
+
+
+def png_path(flag: str, text: str, default_name: str) -> Path:
+    """Where a picture flag writes: the ``.png`` file named, or ``default_name`` in a folder named; anything
+    else is a UsageError before any work, so the file written is always the one the output names."""
+    path = Path(text)
+    if path.is_dir():
+        return path / default_name
+    if path.suffix.lower() != ".png":
+        raise UsageError(
+            f"{flag}: {text}: the picture is a PNG: give a file name ending in .png, or a folder to write "
+            f"{default_name} in"
+        )
+    if not path.parent.is_dir():
+        raise UsageError(f"{flag}: {text}: there is no folder {path.parent} to write it in")
+    return path
 
 
 def add_output_flag(parser: argparse.ArgumentParser, json_holds: str) -> None:

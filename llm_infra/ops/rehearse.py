@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from llm_infra.config import TrainingConfig
+from llm_infra.input_files import read_text
 from llm_infra.ops import crds
 from llm_infra.ops.control_plane import (
     OPTIONAL,
@@ -168,16 +169,16 @@ def _check_synthesized_for(config: TrainingConfig, templates: Templates, cdk_out
 
 def read_objects(path: Path, flag: str) -> list[dict[str, Any]]:
     """The Kubernetes objects of a YAML file (``---``-separated; empty documents skipped)."""
+    advice = "pass a YAML file of Kubernetes objects, as kubectl apply -f takes"
+    text = read_text(path, flag=flag, advice=advice)
     try:
-        documents = list(yaml.load_all(path.read_text(), Loader=YAML_LOADER))
-    except OSError as err:
-        raise BadInput(f"{flag}: cannot read {path}: {err.strerror}") from None
+        documents = list(yaml.load_all(text, Loader=YAML_LOADER))
     except yaml.YAMLError as err:
-        raise BadInput(f"{flag}: {path} is not YAML: {' '.join(str(err).split())}") from None
+        raise BadInput(f"{flag} {path}: not YAML ({' '.join(str(err).split())}); {advice}") from None
     objects = [doc for doc in documents if doc is not None]
     for doc in objects:
         if not isinstance(doc, dict) or not {"apiVersion", "kind", "metadata"} <= doc.keys():
-            raise BadInput(f"{flag}: {path}: every document must be a Kubernetes object (apiVersion, kind, metadata)")
+            raise BadInput(f"{flag} {path}: every document must be a Kubernetes object (apiVersion, kind, metadata)")
     return objects
 
 

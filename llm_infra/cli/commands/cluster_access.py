@@ -11,7 +11,6 @@ where it came from.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 from llm_infra.cli.aws import add_aws_flags, aws_client, resolve_region
 from llm_infra.cli.terminal import UsageError, add_output_flag, number
 from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.input_files import read_json
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.ops.kube import Kube, KubeError, context_for_cluster
 
@@ -84,10 +84,10 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def load_config(args: argparse.Namespace) -> TrainingConfig:
     """The app's config: ``cdk.json``'s context in ``--app-dir``, then each ``-c KEY=VALUE``."""
-    path = Path(args.app_dir) / "cdk.json"
-    if not path.is_file():
-        raise UsageError(f"--app-dir: {args.app_dir} has no cdk.json (run in the CDK app's folder or pass --app-dir)")
-    context = dict(json.loads(path.read_text()).get("context", {}))
+    app = read_json(
+        Path(args.app_dir) / "cdk.json", flag="--app-dir", advice="run in the CDK app's folder or pass --app-dir"
+    )
+    context = dict(app.get("context", {})) if isinstance(app, dict) else {}
     for item in args.cdk_context:
         key, equals, value = item.partition("=")
         if not equals or not key:

@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llm_infra.cli.terminal import OUTPUT_JSON, UsageError, add_output_flag
+from llm_infra.cli.terminal import OUTPUT_JSON, UsageError, add_output_flag, png_path
+from llm_infra.input_files import read_json
+
+TEMPLATE_ADVICE = (
+    "pass the cluster stack's template that make synth writes: cdk.out/<project_name>-cluster.template.json"
+)
 
 
 def register(commands: Any) -> None:
@@ -20,7 +25,12 @@ def register(commands: Any) -> None:
         metavar="FILE",
         help="the cluster stack's synthesized template, cdk.out/<project_name>-cluster.template.json (make synth)",
     )
-    dashboard.add_argument("--out", type=Path, required=True, metavar="FILE.png", help="where to write the picture")
+    dashboard.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE.png",
+        help="where to write the picture: a .png file, or a folder to write dashboard.png in",
+    )
     add_output_flag(dashboard, "the picture's path and its widgets' titles")
     dashboard.set_defaults(handler=run_dashboard)
 
@@ -28,16 +38,15 @@ def register(commands: Any) -> None:
 def run_dashboard(args: argparse.Namespace) -> int:
     from llm_infra.cli.dashboard_diagram import dashboard_body, render
 
-    if not args.template.is_file():
-        raise UsageError(f"--template: {args.template} does not exist; run `make synth` first")
-    template = json.loads(args.template.read_text())
+    out = png_path("--out", args.out, "dashboard.png")
+    template = read_json(args.template, flag="--template", advice=TEMPLATE_ADVICE)
     try:
         dashboard_body(template)
     except ValueError as err:
         raise UsageError(f"--template {args.template}: {err}") from None
-    titles = render(template, args.out, title=args.template.name.removesuffix(".template.json") + " dashboard")
+    titles = render(template, out, title=args.template.name.removesuffix(".template.json") + " dashboard")
     if args.output == OUTPUT_JSON:
-        print(json.dumps({"dashboard": str(args.out), "widgets": titles}))
+        print(json.dumps({"dashboard": str(out), "widgets": titles}))
     else:
-        print(f"dashboard: {args.out} ({len(titles)} widgets: {', '.join(titles)})")
+        print(f"dashboard: {out} ({len(titles)} widgets: {', '.join(titles)})")
     return 0

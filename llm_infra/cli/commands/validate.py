@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from llm_infra.cli import EXIT_INTERRUPTED
 from llm_infra.cli.commands.cluster_access import (
     ClusterTarget,
     add_cluster_flags,
@@ -19,7 +20,7 @@ from llm_infra.cli.commands.cluster_access import (
     resolve_cluster,
     workload_values,
 )
-from llm_infra.cli.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from llm_infra.cli.errors import EXIT_FAILED
 from llm_infra.cli.terminal import (
     OUTPUT_JSON,
     Progress,
