@@ -12,7 +12,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test lint clean crds dashboard k8s k8s-for-tests docs rehearse
+.PHONY: setup synth test lint clean crds dashboard k8s k8s-for-tests docs rehearse checkov
 
 setup: $(STAMP)
 
@@ -35,7 +35,7 @@ dashboard: synth
 # The control-plane tiers (tests/test_control_plane.py, _operators_real, _validate_real_api, _rehearse) need
 # `make k8s`; test builds it first (a fresh machine: about 15 minutes of Go, once). A piece that cannot be built
 # here (no Go, a module the proxy refuses) is reported, and only the tests that need it skip, with the reason.
-test: $(STAMP) lint crds k8s-for-tests
+test: $(STAMP) lint crds checkov k8s-for-tests
 	$(BIN)/python -m pytest -q
 
 k8s-for-tests:
@@ -44,6 +44,20 @@ k8s-for-tests:
 # The docs site (mkdocs-material, mkdocs.yml) into site/; --strict: a broken link or anchor fails it.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# checkov, the policy suite tests/test_checkov.py runs on the templates and manifests, in a venv of its own
+# (it pins its own boto3 and packaging, which the project's venv must not inherit); a second run does nothing.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := .cache/checkov-venv
+CHECKOV_STAMP := $(CHECKOV_VENV)/.stamp-checkov-$(CHECKOV_VERSION)
+
+checkov: $(CHECKOV_STAMP)
+
+$(CHECKOV_STAMP):
+	rm -rf $(CHECKOV_VENV)
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	touch $@
 
 # The pinned upstream CRDs the manifests are validated against (llm_infra/ops/crds.py has the sources).
 crds: $(STAMP)
