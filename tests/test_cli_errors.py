@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import MaxRetryError
 
+from conftest import REPO_ROOT
 from llm_infra import cli
 from llm_infra.cli.commands import plan as plan_commands
 from llm_infra.cli.errors import explain
@@ -228,3 +229,21 @@ def test_a_terminal_that_cannot_write_plus_minus(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "+/- stderr" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_jsii_runs_the_environments_node_whatever_path_holds(tmp_path: Path) -> None:
+    """drill renders the job with cdk8s (jsii, Node) before it asks AWS: with PATH holding only the system's
+    folders (a Node 20 there prints a dozen lines of banners on every call) the output is ours alone."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "AWS_CONFIG_FILE": str(tmp_path / "config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    argv = ["drill", "--cluster", "c", "--out", str(tmp_path / "d.json"), "--app-dir", str(REPO_ROOT)]
+    result = subprocess.run([LLM_INFRA, *argv, "--region", "us-east-1"], capture_output=True, text=True, env=env)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[0] == "region us-east-1 (from --region)"
+    assert result.stderr.splitlines()[1].startswith("llm-infra: error: no AWS credentials found")
+    assert len(result.stderr.splitlines()) == 2, result.stderr
