@@ -33,7 +33,7 @@ dashboard: synth
 	$(BIN)/llm-infra dashboard --template cdk.out/llm-infra-cluster.template.json --out docs/dashboard.png
 
 # The control-plane tiers (tests/test_control_plane.py, _operators_real, _validate_real_api, _rehearse) need
-# `make k8s`; test builds it first (a fresh machine: about 15 minutes of Go, once). A piece that cannot be built
+# `make k8s`; test builds it first (a fresh machine: about 10 minutes of Go, once). A piece that cannot be built
 # here (no Go, a module the proxy refuses) is reported, and only the tests that need it skip, with the reason.
 test: $(STAMP) lint crds checkov k8s-for-tests
 	$(BIN)/python -m pytest -q
@@ -75,7 +75,7 @@ clean:
 
 # A real control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK) built
 # once from pinned Go modules into .cache/k8s/<versions>/ (docs/control-plane.md); a second run
-# does nothing. Needs Go >= 1.24 and the Go module proxy. Prebuilt ones: $LLM_INFRA_K8S_BIN_DIR.
+# does nothing. Needs Go >= 1.26 and the Go module proxy. Prebuilt ones: $LLM_INFRA_K8S_BIN_DIR.
 k8s:
 	k8s/build.sh
 

@@ -12,8 +12,8 @@
 # $LLM_INFRA_K8S_CACHE), each operator's CRDs (from its own module) into crds/<operator>/ there; a
 # binary already there is skipped, so a second run does nothing.
 # Usage: k8s/build.sh [binary ...] (default: all seven).
-# Needs Go >= the `go` line of every module built (k8s/go.mod and KWOK v0.7.0: 1.24.0; KubeRay
-# v1.7.0: 1.26.0, its fallback v1.6.0: 1.25.0), python3 (stdlib only; $PYTHON), and the Go module
+# Needs Go >= 1.26, the highest `go` line of the modules built (k8s/go.mod and KWOK v0.7.0: 1.24.0;
+# KubeRay v1.7.0: 1.26.0, its fallback v1.6.0: 1.25.0), python3 (stdlib only; $PYTHON), and the Go module
 # proxy. Honours GO, PYTHON, GOFLAGS, GOMODCACHE, GOCACHE, GOPROXY; e.g. on a shared 2-core machine:
 #   GOFLAGS=-p=1 nice -n 19 k8s/build.sh
 # A module version the proxy will not serve can come from a git checkout of its tag instead:

@@ -43,14 +43,6 @@ def test_the_hyperpod_cluster_is_tagged_for_the_training_operator(hyperpod_app) 
 
 
 # ---- add-ons ------------------------------------------------------------------------------------
-def test_operator_and_cert_manager_addons_overwrite_conflicts(hyperpod_app) -> None:
-    found = addons(hyperpod_app)
-    for name in ("amazon-sagemaker-hyperpod-training-operator", "cert-manager", "vpc-cni"):
-        assert found[name]["ResolveConflicts"] == "OVERWRITE", name
-    # The others keep EKS's default (no field of EKS's bootstrap copies is changed).
-    assert "ResolveConflicts" not in found["coredns"]
-
-
 @pytest.mark.parametrize("compute", ["eks", "hyperpod"])
 def test_network_policy_is_enforced_by_the_vpc_cni(synth, compute: str) -> None:
     vpc_cni = addons(synth(TrainingConfig(compute=compute)))["vpc-cni"]
