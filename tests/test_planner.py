@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import pytest
 from llm_infra.cli import build_parser, main
 from llm_infra.planner import (
     FAILURE_PRESETS,
+    PLOT_DATA_KEY,
     RECOVERY_PRESETS,
     STALL_PRESETS,
     JobSpec,
@@ -282,6 +286,119 @@ def test_plot_writes_a_png(capsys, tmp_path: Path) -> None:
     assert code == 0 and f"plot: {path}" in out
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 20_000
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PLANNER_PAGE = REPO_ROOT / "docs" / "planner.md"
+
+
+def png_text(path: Path) -> dict[str, str]:
+    """The text chunks (tEXt, zTXt, iTXt) of a PNG, by keyword."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    chunks: dict[str, str] = {}
+    position = 8
+    while position < len(data):
+        (length,) = struct.unpack(">I", data[position : position + 4])
+        kind, body = data[position + 4 : position + 8], data[position + 8 : position + 8 + length]
+        position += 12 + length
+        keyword, _, rest = body.partition(b"\0")
+        if kind == b"tEXt":
+            chunks[keyword.decode("latin-1")] = rest.decode("latin-1")
+        elif kind == b"zTXt":
+            chunks[keyword.decode("latin-1")] = zlib.decompress(rest[1:]).decode("latin-1")
+        elif kind == b"iTXt":
+            compressed, text = rest[0], rest[2:].split(b"\0", 2)[2]
+            chunks[keyword.decode("latin-1")] = (zlib.decompress(text) if compressed else text).decode()
+    return chunks
+
+
+def plotted(path: Path) -> dict:
+    """The numbers a picture of ``plan --plot`` was drawn from."""
+    text = png_text(path).get(PLOT_DATA_KEY)
+    assert text is not None, f"{path} holds no '{PLOT_DATA_KEY}': draw it again with the command in docs/planner.md"
+    return json.loads(text)
+
+
+def same_numbers(shown: object, now: object, where: str = "") -> list[str]:
+    """Where two plotted series differ (numbers to a relative 1e-9)."""
+    if isinstance(shown, dict) and isinstance(now, dict):
+        if set(shown) != set(now):
+            return [f"{where}: keys {sorted(shown)} != {sorted(now)}"]
+        return [d for key in shown for d in same_numbers(shown[key], now[key], f"{where}.{key}")]
+    if isinstance(shown, list) and isinstance(now, list):
+        if len(shown) != len(now):
+            return [f"{where}: {len(shown)} points != {len(now)}"]
+        return [d for i, (a, b) in enumerate(zip(shown, now, strict=True)) for d in same_numbers(a, b, f"{where}[{i}]")]
+    if isinstance(shown, int | float) and isinstance(now, int | float):
+        return [] if now == pytest.approx(shown, rel=1e-9) else [f"{where}: {shown} != {now}"]
+    return [] if shown == now else [f"{where}: {shown!r} != {now!r}"]
+
+
+def test_the_docs_picture_shows_what_the_planner_computes_now(capsys, tmp_path: Path) -> None:
+    # The command docs/planner.md says docs/plan.png was made with, run again into a temporary file.
+    (line,) = [line for line in PLANNER_PAGE.read_text().splitlines() if "--plot docs/plan.png" in line]
+    argv = shlex.split(line)
+    assert argv[:2] == ["llm-infra", "plan"]
+    fresh = tmp_path / "plan.png"
+    argv[argv.index("docs/plan.png")] = str(fresh)
+    code, out, err = run_cli(capsys, *argv[1:])
+    assert code == 0, err
+    now = plotted(fresh)
+    differences = same_numbers(plotted(REPO_ROOT / "docs" / "plan.png"), now)
+    assert not differences, "docs/plan.png is stale; draw it again with the command in docs/planner.md:\n" + (
+        "\n".join(differences[:10])
+    )
+    # The plotted series are the planner's figures: the saving at the job's size, in both models.
+    assert argv[-4:] == ["--model", "linear", "--plot", str(fresh)]
+    job = argv[2:-4]
+    at_256 = {
+        label: {model: dict(map(tuple, points)) for model, points in by.items()}
+        for label, by in now["saving_percent"].items()
+    }
+    for model in ("linear", "Daly"):
+        fraction = plan_json(capsys, *job, "--model", model.lower())["saving_fraction"]
+        assert at_256["automatic (40 min)"][model][256] == pytest.approx(fraction * 100)
+    (resumed,) = [label for label in at_256 if label.startswith("checkpointless (2 min, 68% of failures resumed)")]
+    checkpointless = plan_json(capsys, *job, "--recovery-auto", "hyperpod-checkpointless")
+    assert at_256[resumed]["Daly"][256] == pytest.approx(checkpointless["saving_fraction"] * 100)
+    assert now["optimum"]["auto"][0] == pytest.approx(plan_json(capsys, *job)["optimal_interval_minutes_auto"])
+
+
+def json_keys(value: object) -> set[str]:
+    """Every key of a JSON value, nested ones included (not the recoveries ``beyond_horizon`` is keyed by)."""
+    if isinstance(value, dict):
+        return {key for key in value} | {
+            nested for key, item in value.items() if key != "beyond_horizon" for nested in json_keys(item)
+        }
+    if isinstance(value, list):
+        return {nested for item in value for nested in json_keys(item)}
+    return set()
+
+
+def test_every_key_of_the_json_is_documented(capsys, tmp_path: Path) -> None:
+    runs = ["--from-run", "docs/examples/run.log", "--from-run", "docs/examples/drill.json"]
+    checkpointless = ["--recovery-auto", "hyperpod-checkpointless", "--checkpoint-interval", "60"]
+    manual_beyond = ["--instances", "2048", "--failure-preset", "opt-175b", "--gpu-hours", "1e7"]
+    outputs = [
+        ["plan", *AWS_EXAMPLE],
+        ["plan", "--instances", "512", "--failure-rate", "0.04"],
+        ["plan", *manual_beyond],
+        ["plan", *AWS_EXAMPLE, *checkpointless, "--plot", str(tmp_path)],
+        ["plan", *AWS_EXAMPLE, *runs],
+        ["plan", "--instances", "256", "--failure-rate", "0.05", "--tokens", "1e12", *runs],
+        ["simulate", *AWS_EXAMPLE, "--trials", "3", *runs],
+        ["simulate", *manual_beyond, "--trials", "3"],
+    ]
+    keys: set[str] = set()
+    for argv in outputs:
+        code, out, err = run_cli(capsys, *argv, "--json")
+        assert code == 0, (argv, err)
+        keys |= json_keys(json.loads(out))
+    assert {"notes", "warnings", "shutdown_budget_seconds", "beyond_horizon", "plot", "measured"} <= keys
+    page = PLANNER_PAGE.read_text()
+    missing = sorted(key for key in keys if f"`{key}`" not in page)
+    assert not missing, f"docs/planner.md does not name these JSON keys: {missing}"
 
 
 # ---- bad input ------------------------------------------------------------------------------------------
