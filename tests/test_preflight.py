@@ -19,8 +19,9 @@ from botocore.stub import Stubber
 
 from conftest import ACCOUNT, REGION, REPO_ROOT, app_config, run_cli
 from llm_infra.cli.commands import preflight as preflight_command
-from llm_infra.ops import preflight
+from llm_infra.ops import create_only, preflight
 from llm_infra.ops.preflight import FAIL, PASS, SKIP, WARN, QuotaBook
+from llm_infra.ops.rehearse import BadInput
 from llm_infra.stacks.training_app import add_training_stacks
 from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 
@@ -36,6 +37,27 @@ def stubbed(service: str) -> tuple[Any, Stubber]:
         config=Config(retries={"max_attempts": 1}),
     )
     return client, Stubber(client)
+
+
+_assemblies: dict[Any, Path] = {}
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``synthesized(**context)`` -> the cdk.out folder of the app for the repo's cdk.json plus ``context``
+    (cdk-nag off: these tests read templates), synthesized once per config."""
+
+    def _synth(**changes: str) -> Path:
+        config = app_config(**changes)
+        if config not in _assemblies:
+            outdir = tmp_path_factory.mktemp("cdk.out")
+            app = cdk.App(outdir=str(outdir), builtin_cloud_formation_validation=False)
+            add_training_stacks(app, config, nag=False)
+            app.synth()
+            _assemblies[config] = outdir
+        return _assemblies[config]
+
+    return _synth
 
 
 def quota(name: str, code: str, value: float) -> dict[str, Any]:
@@ -368,13 +390,103 @@ def test_ec2_standard_quota_for_the_system_nodes() -> None:
     assert "is 5, 8 vCPUs needed (system_nodes 2 x 4 vCPUs of m7i.xlarge" in result.detail
 
 
+def queue_fsx_quotas(stub: Stubber, storage: float | None, file_systems: float | None = 100) -> None:
+    """GetServiceQuota by code for the two FSx PERSISTENT_2 quotas; None: the code is unknown (no applied value
+    and no default either)."""
+    for (code, quota_name), value in (
+        (preflight.FSX_PERSISTENT_2_STORAGE_QUOTA, storage),
+        (preflight.FSX_PERSISTENT_2_FILE_SYSTEMS_QUOTA, file_systems),
+    ):
+        params = {"ServiceCode": "fsx", "QuotaCode": code}
+        if value is None:
+            stub.add_client_error("get_service_quota", "NoSuchResourceException", "no such quota", 400, params)
+            stub.add_client_error(
+                "get_aws_default_service_quota", "NoSuchResourceException", "no such quota", 400, params
+            )
+        else:
+            stub.add_response("get_service_quota", {"Quota": quota(quota_name, code, value)}, params)
+
+
 @pytest.mark.parametrize(("storage", "status"), [("1200", PASS), ("4800", FAIL)])
-def test_fsx_quota_against_storage(storage: str, status: str) -> None:
+def test_fsx_quota_by_code_against_storage(storage: str, status: str) -> None:
     client, stub = stubbed("service-quotas")
-    queue_listing(stub, "list_service_quotas", "fsx", [[quota(preflight.FSX_PERSISTENT_2_QUOTA, "L-8F1B9C74", 2400)]])
+    queue_fsx_quotas(stub, 2400)
     with stub:
         result = preflight.check_fsx_quota(QuotaBook(client), app_config(fsx_storage_gib=storage), REGION)
+    stub.assert_no_pending_responses()
     assert result.status == status
+    if status == FAIL:
+        assert "'Lustre Persistent_2 storage capacity' is 2400, 4800 GiB needed" in result.detail
+        assert "--service-code fsx --quota-code L-8F1B9C74 --desired-value 4800" in result.fix
+    else:
+        assert "'Lustre Persistent_2 file systems' is 100 >= 1 file systems" in result.detail
+
+
+def test_fsx_quota_without_a_file_system_left_fails() -> None:
+    client, stub = stubbed("service-quotas")
+    queue_fsx_quotas(stub, 100800, file_systems=0)
+    with stub:
+        result = preflight.check_fsx_quota(QuotaBook(client), app_config(), REGION)
+    assert result.status == FAIL
+    assert "--quota-code L-FD6F2F22 --desired-value 1" in result.fix
+
+
+def test_fsx_quota_code_unknown_to_service_quotas_warns_with_the_way_to_check_by_hand() -> None:
+    """Not SKIP: the quota exists, we could not match it, so the user must look."""
+    client, stub = stubbed("service-quotas")
+    queue_fsx_quotas(stub, None)
+    with stub:
+        result = preflight.check_fsx_quota(QuotaBook(client), app_config(), REGION)
+    assert result.status == WARN
+    assert "not checked: Service Quotas has no FSx quota L-8F1B9C74 ('Lustre Persistent_2 storage capacity')" in (
+        result.detail
+    )
+    assert "check by hand that 'Lustre Persistent_2 storage capacity' allows 1200 GiB" in result.fix
+    assert "aws service-quotas list-service-quotas --service-code fsx --region us-east-1" in result.fix
+
+
+@pytest.mark.parametrize(
+    ("value", "status", "text"),
+    [
+        (1024, PASS, "'Maximum size of EBS volume in GB for a SageMaker HyperPod cluster instance' is 1024 >= 500 GB"),
+        (256, FAIL, "is 256, 500 GB needed (the gpu instance group's EBS volume, gpu_root_volume_gib)"),
+    ],
+)
+def test_hyperpod_ebs_volume_quota_against_the_largest_volume(value: int, status: str, text: str) -> None:
+    client, stub = stubbed("service-quotas")
+    queue_listing(
+        stub, "list_service_quotas", "sagemaker", [[quota(preflight.HYPERPOD_EBS_VOLUME_QUOTA, "L-E13DF72A", value)]]
+    )
+    with stub:
+        result = preflight.check_hyperpod_ebs_quota(QuotaBook(client), app_config(compute="hyperpod"), REGION)
+    assert result.status == status
+    assert text in result.detail
+    if status == FAIL:
+        assert "--service-code sagemaker --quota-code L-E13DF72A --desired-value 500" in result.fix
+
+
+def test_hyperpod_ebs_volume_quota_unknown_warns() -> None:
+    client, stub = stubbed("service-quotas")
+    queue_listing(stub, "list_service_quotas", "sagemaker", [[]])
+    queue_listing(stub, "list_aws_default_service_quotas", "sagemaker", [[]])
+    with stub:
+        result = preflight.check_hyperpod_ebs_quota(
+            QuotaBook(client), app_config(compute="hyperpod", gpu_root_volume_gib="2000"), REGION
+        )
+    assert result.status == WARN
+    assert "check by hand that the quota is at least 2000 GB" in result.fix
+
+
+def test_hyperpod_ebs_volume_is_the_one_the_stack_asks(synthesized: Any) -> None:
+    """The size compared is the GPU instance group's ClusterEbsVolumeConfig in the synthesized template."""
+    app = create_only.read_synthesized(synthesized(compute="hyperpod"))
+    ((_, _, cluster),) = app.resources("AWS::SageMaker::Cluster")
+    sizes = {
+        group["InstanceGroupName"]: storage["EbsVolumeConfig"]["VolumeSizeInGB"]
+        for group in cluster["Properties"]["InstanceGroups"]
+        for storage in group.get("InstanceStorageConfigs", [])
+    }
+    assert sizes == preflight.hyperpod_ebs_volumes(app_config(compute="hyperpod")) == {"gpu": 500}
 
 
 # ---- add-ons, Helm template, bootstrap --------------------------------------------------------------------
@@ -414,6 +526,77 @@ def test_pinned_addons_follow_the_training_operator() -> None:
     assert hyperpod == {**EKS_ADDONS["1.35"], **HYPERPOD_TRAINING_OPERATOR_ADDONS["1.35"]}
 
 
+TRAINING_OPERATOR = preflight.HYPERPOD_TRAINING_OPERATOR_ADDON
+TRAINING_OPERATOR_PIN = HYPERPOD_TRAINING_OPERATOR_ADDONS["1.34"][TRAINING_OPERATOR]
+
+
+def operator_builds(*cluster_versions: str) -> dict[str, Any]:
+    """DescribeAddonVersions without a Kubernetes version: one build compatible with each of these."""
+    compatibilities = [
+        {"clusterVersion": v, "platformVersions": ["*"], "defaultVersion": True} for v in cluster_versions
+    ]
+    build = {"addonVersion": "v1.1.0-eksbuild.1", "compatibilities": compatibilities}
+    return {"addons": [{"addonName": TRAINING_OPERATOR, "addonVersions": [build]}]}
+
+
+def training_operator_check(served_134: tuple[str, ...], everywhere: tuple[str, ...] | None) -> preflight.CheckResult:
+    eks, stub = stubbed("eks")
+    stub.add_response(
+        "describe_addon_versions",
+        addon_versions(TRAINING_OPERATOR, *served_134),
+        {"addonName": TRAINING_OPERATOR, "kubernetesVersion": "1.34"},
+    )
+    if everywhere is not None:
+        stub.add_response("describe_addon_versions", operator_builds(*everywhere), {"addonName": TRAINING_OPERATOR})
+    with stub:
+        result = preflight.check_addon(eks, TRAINING_OPERATOR, TRAINING_OPERATOR_PIN, "1.34")
+    stub.assert_no_pending_responses()
+    return result
+
+
+def test_training_operator_served_beyond_its_documented_range_passes_saying_describe_addon_versions_decides() -> None:
+    result = training_operator_check((TRAINING_OPERATOR_PIN,), None)
+    assert result.status == PASS
+    assert f"{TRAINING_OPERATOR_PIN} is served for Kubernetes 1.34" in result.detail
+    assert "DescribeAddonVersions is the gate" in result.detail
+    assert "AWS's training operator page lists Kubernetes 1.28-1.33 only" in result.detail
+
+
+def test_training_operator_not_published_for_the_version_fails_plainly() -> None:
+    """AWS lists the operator for 1.30-1.33 only: the FAIL says so, names what our pin rests on, and the ways
+    through this app allows (it runs 1.34 and 1.35 only)."""
+    result = training_operator_check((), ("1.30", "1.31", "1.32", "1.33"))
+    assert result.status == FAIL
+    assert result.detail.startswith(
+        f"AWS publishes no {TRAINING_OPERATOR} build for Kubernetes 1.34 (it lists builds for Kubernetes 1.30-1.33; "
+        "AWS's page lists 1.28-1.33)"
+    )
+    assert "rests on awslabs/awsome-distributed-ai PR #1076" in result.detail
+    assert "the deploy would fail creating the add-on" in result.detail
+    assert "-c hyperpod_training_operator=false" in result.fix
+    assert "-c kubernetes_version" not in result.fix
+
+
+def test_training_operator_published_for_another_supported_version_names_it() -> None:
+    result = training_operator_check((), ("1.33", "1.35"))
+    assert result.status == FAIL
+    assert result.fix.startswith("-c kubernetes_version=1.35 (AWS serves the operator there)")
+
+
+def test_training_operator_other_build_served_names_the_pin_and_the_builds() -> None:
+    result = training_operator_check(("v1.3.0-eksbuild.1",), None)
+    assert result.status == FAIL
+    assert f"AWS serves no {TRAINING_OPERATOR_PIN} of {TRAINING_OPERATOR} for Kubernetes 1.34" in result.detail
+    assert "(it serves: v1.3.0-eksbuild.1)" in result.detail and "PR #1076" in result.detail
+    assert "HYPERPOD_TRAINING_OPERATOR_ADDONS" in result.fix
+
+
+def test_training_operator_pin_source_is_the_one_versions_py_names() -> None:
+    versions = (REPO_ROOT / "llm_infra" / "versions.py").read_text()
+    assert "PR #1076" in preflight.HYPERPOD_TRAINING_OPERATOR_PIN_SOURCE and "PR #1076" in versions
+    assert "414d4da" in preflight.HYPERPOD_TRAINING_OPERATOR_PIN_SOURCE and "414d4da" in versions
+
+
 def test_helm_template_location_is_the_one_the_construct_deploys() -> None:
     from llm_infra.constructs import hyperpod_dependencies
 
@@ -436,6 +619,76 @@ def test_helm_template(error: str | None, status: str, text: str) -> None:
         result = preflight.check_helm_template(s3, REGION)
     assert result.status == status
     assert text in result.detail + result.fix
+
+
+# The parameters AWS's helm-chart-template.yaml declares, each with a default (aws/sagemaker-hyperpod-cluster-setup
+# 07829e4, eks/cloudformation/helm-chart-template.yaml, Parameters), as GetTemplateSummary returns them.
+HELM_TEMPLATE_PARAMETERS = {
+    "ResourceNamePrefix": "sagemaker-hyperpod-eks",
+    "EKSClusterName": "hyperpod-eks-cluster",
+    "HelmRepoUrl": "https://github.com/aws/sagemaker-hyperpod-cli.git",
+    "HelmRepoPath": "helm_chart/HyperPodHelmChart",
+    "RigHelmScriptPath": "helm_chart/install_rig_dependencies.sh",
+    "HelmOperators": "",
+    "CreateRIG": "false",
+    "Namespace": "kube-system",
+    "HelmRelease": "dependencies",
+    "CustomResourceS3Bucket": "aws-sagemaker-hyperpod-cluster-setup-us-east-2-prod",
+    "LayerS3Key": "resources/artifacts/helm-lambda-layer.zip",
+    "FunctionS3Key": "resources/artifacts/helm-lambda-function.zip",
+}
+HELM_TEMPLATE_URL = "https://aws-sagemaker-hyperpod-cluster-setup-us-east-1-prod.s3.us-east-1.amazonaws.com/templates/helm-chart-template.yaml"
+
+
+def template_summary(parameters: dict[str, str | None]) -> dict[str, Any]:
+    """GetTemplateSummary's answer for these parameters (None: no default, so required)."""
+    declared = []
+    for key, default in parameters.items():
+        entry: dict[str, Any] = {"ParameterKey": key, "ParameterType": "String", "NoEcho": False}
+        if default is not None:
+            entry["DefaultValue"] = default
+        declared.append(entry)
+    return {"Parameters": declared}
+
+
+def helm_parameters_check(cdk_out: Path, parameters: dict[str, str | None]) -> preflight.CheckResult:
+    cfn, stub = stubbed("cloudformation")
+    stub.add_response("get_template_summary", template_summary(parameters), {"TemplateURL": HELM_TEMPLATE_URL})
+    with stub:
+        result = preflight.check_helm_parameters(cfn, REGION, create_only.read_synthesized(cdk_out))
+    stub.assert_no_pending_responses()
+    return result
+
+
+def test_helm_parameters_we_pass_are_declared_by_aws_template(synthesized: Any) -> None:
+    result = helm_parameters_check(synthesized(), HELM_TEMPLATE_PARAMETERS)
+    assert result.status == PASS
+    assert "AWS's template declares all 8 parameters we pass and requires no other" in result.detail
+
+
+def test_helm_parameter_renamed_by_aws_fails_naming_it(synthesized: Any) -> None:
+    renamed = {("HelmChartOperators" if k == "HelmOperators" else k): v for k, v in HELM_TEMPLATE_PARAMETERS.items()}
+    result = helm_parameters_check(synthesized(), renamed)
+    assert result.status == FAIL
+    assert result.detail.startswith("we pass HelmOperators, which AWS's template does not declare (it declares: ")
+    assert "HelmChartOperators" in result.detail
+    assert "constructs/hyperpod_dependencies.py" in result.fix
+
+
+def test_helm_parameter_required_without_default_fails(synthesized: Any) -> None:
+    result = helm_parameters_check(synthesized(), {**HELM_TEMPLATE_PARAMETERS, "ClusterRoleArn": None})
+    assert result.status == FAIL
+    assert "AWS's template requires ClusterRoleArn (no default), which we do not pass" in result.detail
+
+
+def test_helm_parameters_are_read_from_the_synthesized_nested_stack(synthesized: Any) -> None:
+    from llm_infra.constructs.hyperpod_dependencies import HELM_CHART_TEMPLATE_URL
+
+    app = create_only.read_synthesized(synthesized())
+    ((_, _, stack),) = app.resources("AWS::CloudFormation::Stack")
+    assert stack["Properties"]["TemplateURL"] == {"Fn::Sub": HELM_CHART_TEMPLATE_URL}
+    assert preflight.helm_stack_parameters(app) == sorted(stack["Properties"]["Parameters"])
+    assert set(preflight.helm_stack_parameters(app) or []) <= set(HELM_TEMPLATE_PARAMETERS)
 
 
 def toolkit(status: str = "CREATE_COMPLETE", outputs: dict[str, str] | None = None) -> dict[str, Any]:
@@ -555,6 +808,236 @@ def test_bootstrap_version_unreadable_for_another_reason_is_left_to_the_runner()
         bootstrap_check(toolkit(outputs={"BootstrapVersion": "27"}), None, "InternalServerError")
 
 
+# ---- what the deploy would replace: create-only properties ------------------------------------------------
+GPU_SUBNET = "subnet-0123456789abcdef0"
+
+
+def deployed_as(cdk_out: Path, change: Any = None) -> dict[str, dict[str, Any]]:
+    """The app's templates as if deployed: a copy of the synthesized ones, changed by ``change(templates)``."""
+    templates = json.loads(json.dumps(create_only.read_synthesized(cdk_out).templates))
+    if change is not None:
+        change(templates)
+    return templates
+
+
+def resource_of(templates: dict[str, dict[str, Any]], resource_type: str) -> dict[str, Any]:
+    (found,) = [r for t in templates.values() for r in t["Resources"].values() if r["Type"] == resource_type]
+    return found
+
+
+def create_only_check(
+    config: Any,
+    cdk_out: Path,
+    deployed: dict[str, dict[str, Any]] | None,
+    *,
+    subnet_zone: str | None = None,
+) -> preflight.CheckResult:
+    """The check with these stacks deployed (None: none), and, with ``subnet_zone``, a HyperPod cluster whose
+    subnet (the network stack's export, ListExports) lies in that AZ (DescribeSubnets)."""
+    cfn, cfn_stub = stubbed("cloudformation")
+    ec2, ec2_stub = stubbed("ec2")
+    app = create_only.read_synthesized(cdk_out)
+    for stack in app.project_stacks(config.project_name):
+        if deployed and stack in deployed:
+            cfn_stub.add_response(
+                "get_template",
+                {"TemplateBody": json.dumps(deployed[stack]), "StagesAvailable": ["Original", "Processed"]},
+                {"StackName": stack, "TemplateStage": "Original"},
+            )
+        else:
+            cfn_stub.add_client_error("get_template", "ValidationError", f"Stack with id {stack} does not exist")
+    if subnet_zone is not None:
+        (export,) = resource_of(app.templates, "AWS::SageMaker::Cluster")["Properties"]["VpcConfig"]["Subnets"]
+        exports = [
+            {"ExportingStackId": "arn:aws:cloudformation:x", "Name": export["Fn::ImportValue"], "Value": GPU_SUBNET}
+        ]
+        cfn_stub.add_response("list_exports", {"Exports": exports}, {})
+        subnet = {"SubnetId": GPU_SUBNET, "AvailabilityZoneId": subnet_zone, "AvailabilityZone": "us-east-1x"}
+        ec2_stub.add_response("describe_subnets", {"Subnets": [subnet]}, {"SubnetIds": [GPU_SUBNET]})
+    with cfn_stub, ec2_stub:
+        result = preflight.check_create_only(cfn, lambda: ec2, config, app, REGION)
+    cfn_stub.assert_no_pending_responses()
+    ec2_stub.assert_no_pending_responses()
+    return result
+
+
+HYPERPOD = {"compute": "hyperpod"}
+
+
+def test_nothing_deployed_passes(synthesized: Any) -> None:
+    result = create_only_check(app_config(**HYPERPOD), synthesized(**HYPERPOD), None)
+    assert result.status == PASS
+    assert result.detail.startswith("nothing deployed yet (llm-infra-network, llm-infra-storage, llm-infra-cluster)")
+
+
+def test_hyperpod_subnet_in_the_configured_az_passes(synthesized: Any) -> None:
+    cdk_out = synthesized(**HYPERPOD)
+    result = create_only_check(app_config(**HYPERPOD), cdk_out, deployed_as(cdk_out), subnet_zone="use1-az4")
+    assert result.status == PASS
+    assert "3 deployed stack(s)" in result.detail
+    assert f"HyperPod cluster llm-infra-hyperpod: {GPU_SUBNET} in use1-az4 = gpu_az_id" in result.detail
+
+
+def test_hyperpod_subnet_in_another_az_than_gpu_az_id_fails_with_the_way_through(synthesized: Any) -> None:
+    """Deployed in use1-az6, now gpu_az_id use1-az4: a new subnet, a new VpcConfig, the named cluster replaced."""
+    cdk_out = synthesized(**HYPERPOD)
+    result = create_only_check(app_config(**HYPERPOD), cdk_out, deployed_as(cdk_out), subnet_zone="use1-az6")
+    assert result.status == FAIL
+    assert "HyperPod cluster llm-infra-hyperpod (llm-infra-cluster/HyperPod" in result.detail
+    assert f"runs in {GPU_SUBNET} in use1-az6, gpu_az_id is use1-az4" in result.detail
+    assert "VpcConfig, which is create-only" in result.detail
+    assert "its fixed name llm-infra-hyperpod makes the update fail" in result.detail
+    assert "destroy every node and every job" in result.detail
+    assert result.fix.startswith("keep -c gpu_az_id=use1-az6 (as deployed)")
+    assert "deploy a second app beside it (-c project_name=<new> -c gpu_az_id=use1-az4" in result.fix
+
+
+def test_changed_cluster_name_fails(synthesized: Any) -> None:
+    """ClusterName is create-only: a new name replaces the HyperPod cluster (and with it every node and job)."""
+    cdk_out = synthesized(**HYPERPOD)
+
+    def rename(templates: dict[str, dict[str, Any]]) -> None:
+        resource_of(templates, "AWS::SageMaker::Cluster")["Properties"]["ClusterName"] = "train-hyperpod"
+
+    deployed = deployed_as(cdk_out, rename)
+    result = create_only_check(app_config(**HYPERPOD), cdk_out, deployed, subnet_zone="use1-az4")
+    assert result.status == FAIL
+    assert "(AWS::SageMaker::Cluster llm-infra-hyperpod): ClusterName changes (ClusterName: train-hyperpod -> " in (
+        result.detail
+    )
+    assert "CloudFormation creates the renamed one (ClusterName train-hyperpod -> llm-infra-hyperpod)" in result.detail
+    assert "replacing the HyperPod cluster destroys every node and every job on it" in result.detail
+    assert result.fix.startswith("keep AWS::SageMaker::Cluster ClusterName as deployed (train-hyperpod)")
+
+
+def test_replacing_a_resource_that_keeps_its_custom_name_fails(synthesized: Any) -> None:
+    """Any custom-named resource, not only the data stores: an EKS add-on (named by ClusterName and AddonName,
+    its primary identifier) whose create-only NamespaceConfig changes must be replaced under the same name."""
+    cdk_out = synthesized()
+
+    def namespaced(templates: dict[str, dict[str, Any]]) -> None:
+        for template in templates.values():
+            for resource in template["Resources"].values():
+                if resource["Type"] == "AWS::EKS::Addon" and resource["Properties"]["AddonName"] == "coredns":
+                    resource["Properties"]["NamespaceConfig"] = {"Namespace": "dns"}
+
+    result = create_only_check(app_config(), cdk_out, deployed_as(cdk_out, namespaced))
+    assert result.status == FAIL
+    assert "(AWS::EKS::Addon coredns): NamespaceConfig changes" in result.detail
+    assert "CloudFormation cannot update a stack when a custom-named resource requires replacing" in result.detail
+
+
+def test_a_renamed_resource_that_holds_nothing_warns(synthesized: Any) -> None:
+    """A new dashboard name: CloudFormation creates the renamed dashboard and deletes the old one."""
+    cdk_out = synthesized()
+
+    def rename(templates: dict[str, dict[str, Any]]) -> None:
+        resource_of(templates, "AWS::CloudWatch::Dashboard")["Properties"]["DashboardName"] = "old-training"
+
+    result = create_only_check(app_config(), cdk_out, deployed_as(cdk_out, rename))
+    assert result.status == WARN
+    assert "creates the renamed one (DashboardName old-training -> llm-infra-training)" in result.detail
+
+
+def test_a_changed_az_replaces_the_subnet_and_with_it_the_file_system(synthesized: Any) -> None:
+    """Deployed with gpu_az_id use1-az6: the GPU subnet is replaced, the FSx file system's SubnetIds (through the
+    network stack's export) with it: a data store, so FAIL, with the root cause and the way through."""
+    cdk_out = synthesized()
+
+    def elsewhere(templates: dict[str, dict[str, Any]]) -> None:
+        for resource in templates["llm-infra-network"]["Resources"].values():
+            if resource["Type"] == "AWS::EC2::Subnet" and "AvailabilityZoneId" in resource["Properties"]:
+                resource["Properties"]["AvailabilityZoneId"] = "use1-az6"
+
+    result = create_only_check(app_config(), cdk_out, deployed_as(cdk_out, elsewhere))
+    assert result.status == FAIL
+    assert "llm-infra-storage/LustreFileSystem" in result.detail and "(AWS::FSx::FileSystem): SubnetIds refers to " in (
+        result.detail
+    )
+    assert "which is replaced (AWS::EC2::Subnet AvailabilityZoneId: use1-az6 -> use1-az4)" in result.detail
+    assert "a new file system starts empty" in result.detail
+    assert "the deployed one is retained (UpdateReplacePolicy Retain)" in result.detail
+    assert result.fix.startswith("keep -c gpu_az_id=use1-az6 (as deployed)")
+
+
+def test_a_change_of_a_property_that_is_not_create_only_passes(synthesized: Any) -> None:
+    """NodeRecovery and the instance counts are updated in place: cfn-lint's schema does not list them."""
+    cdk_out = synthesized(**HYPERPOD)
+    assert "NodeRecovery" not in create_only.create_only_properties("AWS::SageMaker::Cluster")
+
+    def other_settings(templates: dict[str, dict[str, Any]]) -> None:
+        properties = resource_of(templates, "AWS::SageMaker::Cluster")["Properties"]
+        properties["NodeRecovery"] = "None"
+        properties["InstanceGroups"][0]["InstanceCount"] = 8
+
+    deployed = deployed_as(cdk_out, other_settings)
+    result = create_only_check(app_config(**HYPERPOD), cdk_out, deployed, subnet_zone="use1-az4")
+    assert result.status == PASS
+
+
+def test_create_only_lists_are_cfn_lint_schemas(synthesized: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lists are read from cfn-lint's registry schema files, not kept by hand: the same as the schema file
+    of the type (providers/us-east-1.json names it), and a schema that called NodeRecovery create-only would
+    make the same change fail."""
+    import cfnlint
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    schemas = Path(cfnlint.__file__).parent / "data" / "schemas"
+    digest = json.loads((schemas / "providers" / "us-east-1.json").read_text())["AWS::SageMaker::Cluster"]
+    raw = json.loads((schemas / "resources" / f"{digest}.json").read_text())
+    assert create_only.create_only_properties("AWS::SageMaker::Cluster") == tuple(
+        p.removeprefix("/properties/") for p in raw["createOnlyProperties"]
+    )
+    assert {"ClusterName", "VpcConfig"} <= set(create_only.create_only_properties("AWS::SageMaker::Cluster"))
+
+    real = PROVIDER_SCHEMA_MANAGER.get_resource_schema
+
+    def node_recovery_create_only(region: str, resource_type: str) -> Any:
+        schema = real(region, resource_type)
+        if resource_type != "AWS::SageMaker::Cluster":
+            return schema
+        changed = json.loads(json.dumps(schema.schema))
+        changed["createOnlyProperties"].append("/properties/NodeRecovery")
+        return type(schema)(changed)
+
+    monkeypatch.setattr(PROVIDER_SCHEMA_MANAGER, "get_resource_schema", node_recovery_create_only)
+    cdk_out = synthesized(**HYPERPOD)
+
+    def other_recovery(templates: dict[str, dict[str, Any]]) -> None:
+        resource_of(templates, "AWS::SageMaker::Cluster")["Properties"]["NodeRecovery"] = "None"
+
+    deployed = deployed_as(cdk_out, other_recovery)
+    result = create_only_check(app_config(**HYPERPOD), cdk_out, deployed, subnet_zone="use1-az4")
+    assert result.status == FAIL
+    assert "NodeRecovery changes (NodeRecovery: None -> Automatic)" in result.detail
+
+
+def test_templates_synthesized_for_other_settings_warn(synthesized: Any) -> None:
+    cfn, stub = stubbed("cloudformation")  # nothing queued: no call may be made
+    app = create_only.read_synthesized(synthesized())
+    with stub:
+        result = preflight.check_create_only(
+            cfn, lambda: None, app_config(gpu_az_id="use1-az6", **HYPERPOD), app, REGION
+        )
+    assert result.status == WARN
+    assert "compute=eks, the config says hyperpod" in result.detail
+    assert "gpu_az_id=use1-az4, the config says use1-az6" in result.detail
+    assert "npx cdk synth" in result.fix
+
+
+@pytest.mark.parametrize("manifest", [False, True])
+def test_a_folder_without_templates_is_bad_input_naming_the_flag(tmp_path: Path, manifest: bool) -> None:
+    folder = tmp_path if manifest else tmp_path / "cdk.out"
+    if manifest:
+        (folder / "manifest.json").write_text(json.dumps({"version": "1", "artifacts": {}}))
+    with pytest.raises(BadInput) as raised:
+        preflight.run_checks(app_config(), region=REGION, account=ACCOUNT, client=stubbed, cdk_out=folder)
+    message = str(raised.value)
+    assert message.startswith(f"--cdk-out: {folder} ")
+    assert ("holds no stack template" if manifest else "does not exist") in message
+    assert "(make synth, or npx cdk synth -c KEY=VALUE ...)" in message
+
+
 # ---- the command end to end ----------------------------------------------------------------------------------
 class FakeAws:
     """Stubbed clients per service, handed to the command in place of ``aws_client``."""
@@ -595,9 +1078,7 @@ def queue_default_run(aws: FakeAws, *, p_quota: int = 384, denied_addon: str = "
     quotas.add_response("get_service_quota", {"Quota": quota("Running On-Demand P instances", "L-417A185B", p_quota)})
     standard = preflight.EC2_ON_DEMAND_QUOTAS["Standard"][1]
     quotas.add_response("get_service_quota", {"Quota": quota(standard, "L-1216C47A", 640)})
-    queue_listing(
-        quotas, "list_service_quotas", "fsx", [[quota(preflight.FSX_PERSISTENT_2_QUOTA, "L-8F1B9C74", 100800)]]
-    )
+    queue_fsx_quotas(quotas, 100800)
     eks = aws("eks")[1]
     for name, version in EKS_ADDONS["1.34"].items():
         if name == denied_addon:
@@ -609,10 +1090,16 @@ def queue_default_run(aws: FakeAws, *, p_quota: int = 384, denied_addon: str = "
                 {"addonName": name, "kubernetesVersion": "1.34"},
             )
     aws("s3")[1].add_response("head_object", {"ContentLength": 1024})
-    aws("cloudformation")[1].add_client_error(
+    cloudformation = aws("cloudformation")[1]
+    cloudformation.add_response(
+        "get_template_summary", template_summary(HELM_TEMPLATE_PARAMETERS), {"TemplateURL": HELM_TEMPLATE_URL}
+    )
+    cloudformation.add_client_error(
         "list_stack_resources", "ValidationError", "Stack with id llm-infra-cluster does not exist"
     )
-    aws("cloudformation")[1].add_response("describe_stacks", toolkit())
+    for stack in ("llm-infra-network", "llm-infra-storage", "llm-infra-cluster"):
+        cloudformation.add_client_error("get_template", "ValidationError", f"Stack with id {stack} does not exist")
+    cloudformation.add_response("describe_stacks", toolkit())
     parameter = {"Name": preflight.CDK_BOOTSTRAP_VERSION_PARAMETER, "Value": "29", "Type": "String"}
     aws("ssm")[1].add_response("get_parameter", {"Parameter": parameter})
 
@@ -626,6 +1113,14 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> FakeAws:
 
 
 APP = ("preflight", "--app-dir", str(REPO_ROOT), "--region", REGION)
+
+
+@pytest.fixture
+def app(synthesized: Any) -> tuple[str, ...]:
+    """The command on the repo's cdk.json and its synthesized templates."""
+    return (*APP, "--cdk-out", str(synthesized()))
+
+
 DEFAULT_RUN_CHECKS = [
     "availability zone",
     "instance type offered",
@@ -635,14 +1130,16 @@ DEFAULT_RUN_CHECKS = [
     "quota: FSx for Lustre",
     *(f"add-on {name}" for name in EKS_ADDONS["1.34"]),
     "HyperPod Helm template",
+    "HyperPod Helm parameters",
     "operators change",
+    "create-only properties",
     "CDK bootstrap",
 ]
 
 
-def test_table_of_a_passing_run_exits_0(aws: FakeAws, capsys: pytest.CaptureFixture[str]) -> None:
+def test_table_of_a_passing_run_exits_0(aws: FakeAws, app: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     queue_default_run(aws)
-    code, out, err = run_cli(capsys, *APP)
+    code, out, err = run_cli(capsys, *app)
     assert (code, err) == (0, "")
     aws.assert_all_called()
     lines = out.splitlines()
@@ -653,9 +1150,11 @@ def test_table_of_a_passing_run_exits_0(aws: FakeAws, capsys: pytest.CaptureFixt
     assert lines[-1] == f"preflight of account {ACCOUNT} in {REGION}: PASS ({len(DEFAULT_RUN_CHECKS)} pass)"
 
 
-def test_a_failing_quota_exits_1_with_its_fix(aws: FakeAws, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_quota_exits_1_with_its_fix(
+    aws: FakeAws, app: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
     queue_default_run(aws, p_quota=0)
-    code, out, _ = run_cli(capsys, *APP)
+    code, out, _ = run_cli(capsys, *app)
     assert code == 1
     (row,) = [line for line in out.splitlines() if line.startswith("quota: EC2 GPU vCPUs")]
     assert " FAIL " in row and "'Running On-Demand P instances' is 0, 384 vCPUs needed" in row
@@ -666,9 +1165,9 @@ def test_a_failing_quota_exits_1_with_its_fix(aws: FakeAws, capsys: pytest.Captu
     assert out.splitlines()[-1].startswith(f"preflight of account {ACCOUNT} in {REGION}: FAIL (")
 
 
-def test_json_output(aws: FakeAws, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_output(aws: FakeAws, app: tuple[str, ...], capsys: pytest.CaptureFixture[str]) -> None:
     queue_default_run(aws, p_quota=192)
-    code, out, _ = run_cli(capsys, *APP, "--output", "json")
+    code, out, _ = run_cli(capsys, *app, "--output", "json")
     assert code == 1
     report = json.loads(out)
     assert report["region"] == REGION and report["account"] == ACCOUNT
@@ -679,9 +1178,11 @@ def test_json_output(aws: FakeAws, capsys: pytest.CaptureFixture[str]) -> None:
     assert set(statuses.values()) == {PASS}
 
 
-def test_access_denied_on_one_check_warns_and_the_others_run(aws: FakeAws, capsys: pytest.CaptureFixture[str]) -> None:
+def test_access_denied_on_one_check_warns_and_the_others_run(
+    aws: FakeAws, app: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
     queue_default_run(aws, denied_addon="coredns")
-    code, out, _ = run_cli(capsys, *APP, "--output", "json")
+    code, out, _ = run_cli(capsys, *app, "--output", "json")
     assert code == 0
     aws.assert_all_called()
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
@@ -691,7 +1192,7 @@ def test_access_denied_on_one_check_warns_and_the_others_run(aws: FakeAws, capsy
     assert [name for name, c in checks.items() if c["status"] != PASS] == ["add-on coredns"]
 
 
-def test_hyperpod_run_checks_sagemaker_quotas_and_names_every_denied_action() -> None:
+def test_hyperpod_run_checks_sagemaker_quotas_and_names_every_denied_action(synthesized: Any) -> None:
     """Every call denied: each check the hyperpod config calls for still reports, naming its IAM action."""
     clients: dict[str, Any] = {}
 
@@ -705,7 +1206,8 @@ def test_hyperpod_run_checks_sagemaker_quotas_and_names_every_denied_action() ->
         return clients[service]
 
     config = app_config(compute="hyperpod")
-    results = preflight.run_checks(config, region=REGION, account=ACCOUNT, client=client)
+    cdk_out = synthesized(compute="hyperpod")
+    results = preflight.run_checks(config, region=REGION, account=ACCOUNT, client=client, cdk_out=cdk_out)
     by_name = {r.name: r for r in results}
     assert list(by_name) == [
         "availability zone",
@@ -714,16 +1216,24 @@ def test_hyperpod_run_checks_sagemaker_quotas_and_names_every_denied_action() ->
         "quota: ml.p5.48xlarge",
         "quota: ml.m5.2xlarge",
         "quota: HyperPod instances",
+        "quota: HyperPod EBS volume",
         "quota: EC2 system vCPUs",
         "quota: FSx for Lustre",
         *(f"add-on {name}" for name in preflight.pinned_addons(config)),
         "HyperPod Helm template",
+        "HyperPod Helm parameters",
         "operators change",
+        "create-only properties",
         "CDK bootstrap",
     ]
     assert by_name.pop("EFA interfaces").status == SKIP  # HyperPod attaches EFA itself: nothing to ask
     assert by_name["quota: ml.p5.48xlarge"].detail == "not checked: access denied to servicequotas:ListServiceQuotas"
     assert by_name["HyperPod Helm template"].fix.startswith("allow s3:GetObject on arn:aws:s3:::")
+    assert by_name["quota: FSx for Lustre"].detail == "not checked: access denied to servicequotas:GetServiceQuota"
+    assert by_name["HyperPod Helm parameters"].detail == (
+        "not checked: access denied to cloudformation:GetTemplateSummary"
+    )
+    assert by_name["create-only properties"].detail == "not checked: access denied to cloudformation:GetTemplate"
     assert by_name["CDK bootstrap"].detail == "not checked: access denied to cloudformation:DescribeStacks"
     assert {r.status for r in by_name.values()} == {WARN}
     assert not preflight.failed(results)
@@ -768,24 +1278,29 @@ def test_no_credentials(bare_env: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert_one_line(err, "no AWS credentials found", "--profile", "aws sso login")
 
 
-def test_no_region(bare_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(capsys, "preflight", "--app-dir", str(REPO_ROOT))
+def test_no_region(bare_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No region anywhere, and a gpu_az_id whose region code is unknown: one line saying where to set one."""
+    app = tmp_path / "app"
+    app.mkdir()
+    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    (app / "cdk.json").write_text(json.dumps({"context": {**context, "gpu_az_id": "zzz1-az1"}}))
+    code, out, err = run_cli(capsys, "preflight", "--app-dir", str(app))
     assert (code, out) == (1, "")
-    assert_one_line(err, "no AWS region: pass --region", "gpu_az_id use1-az4 lies in us-east-1")
+    assert_one_line(err, "no AWS region: pass --region")
 
 
-@pytest.mark.parametrize("source", ["cdk.json", "AWS_REGION", "AWS_DEFAULT_REGION"])
+@pytest.mark.parametrize("source", ["cdk.json", "AWS_REGION", "AWS_DEFAULT_REGION", "gpu_az_id"])
 def test_region_from_config_or_environment(
     source: str, bare_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The config's region, else AWS_REGION (as the CDK CLI reads it), else boto3's: with one of them and
-    no credentials, what fails is the credentials."""
+    """AWS_REGION, AWS_DEFAULT_REGION, the config's region, last the region of gpu_az_id (use1-az4: us-east-1):
+    with one of them and no credentials, what fails is the credentials."""
     app = tmp_path / "app"
     app.mkdir()
     context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     if source == "cdk.json":
         context["region"] = REGION
-    else:
+    elif source.startswith("AWS_"):
         monkeypatch.setenv(source, REGION)
     (app / "cdk.json").write_text(json.dumps({"context": context}))
     code, _, err = run_cli(capsys, "preflight", "--app-dir", str(app))
@@ -805,7 +1320,7 @@ def test_rejected_credentials(aws: FakeAws, capsys: pytest.CaptureFixture[str]) 
     )
     code, out, err = run_cli(capsys, *APP)
     assert (code, out) == (1, "")
-    assert_one_line(err, "AWS rejected the credentials (ExpiredToken: The security token", "aws sso login")
+    assert_one_line(err, "AWS rejected the credentials (ExpiredToken)", "aws sso login")
 
 
 def test_no_network(bare_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -816,7 +1331,7 @@ def test_no_network(bare_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyt
         endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
     code, _, err = run_cli(capsys, *APP, "--endpoint-url", endpoint)
     assert code == 1
-    assert_one_line(err, f"cannot reach AWS at {endpoint}", "check the network")
+    assert_one_line(err, f"{endpoint} did not answer STS GetCallerIdentity", "check the network")
 
 
 def test_every_flag_has_help() -> None:
@@ -825,5 +1340,27 @@ def test_every_flag_has_help() -> None:
     (subcommands,) = [a for a in build_parser()._actions if a.dest == "command"]
     parser = subcommands.choices["preflight"]  # type: ignore[attr-defined]
     flags = [a for a in parser._actions if a.option_strings and a.dest != "help"]
-    assert {a.dest for a in flags} == {"app_dir", "cdk_context", "profile", "region", "endpoint_url", "output"}
+    assert {"app_dir", "cdk_context", "cdk_out", "profile", "region", "endpoint_url", "output"} <= {
+        a.dest for a in flags
+    }
     assert all(a.help for a in flags)
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_missing_cdk_out_is_refused_naming_synth(
+    aws: FakeAws, tmp_path: Path, given: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No templates to compare with: exit 2 (bad input) in one line, before any check runs. The default is
+    cdk.out in --app-dir."""
+    app_dir = tmp_path / "app"
+    app_dir.mkdir()
+    (app_dir / "cdk.json").write_text((REPO_ROOT / "cdk.json").read_text())
+    aws("sts")[1].add_response(
+        "get_caller_identity", {"Account": ACCOUNT, "Arn": "arn:aws:iam::1:user/u", "UserId": "u"}
+    )
+    flags = ["--cdk-out", str(tmp_path / "elsewhere")] if given else []
+    code, out, err = run_cli(capsys, "preflight", "--app-dir", str(app_dir), "--region", REGION, *flags)
+    assert (code, out) == (2, "")
+    missing = tmp_path / "elsewhere" if given else app_dir / "cdk.out"
+    assert_one_line(err, f"--cdk-out: {missing} does not exist", "make synth, or npx cdk synth")
+    aws.assert_all_called()

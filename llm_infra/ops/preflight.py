@@ -1,7 +1,8 @@
 """``llm-infra preflight``: what only the AWS account can tell before a deploy, as PASS/FAIL checks.
 
-Offline synth cannot know quotas, capacity, or which builds AWS serves. Each check here is a plain
-function of boto3 clients and the app's :class:`~llm_infra.config.TrainingConfig` that returns one
+Offline synth cannot know quotas, capacity, which builds AWS serves, or what is deployed already. Each
+check here is a plain function of boto3 clients and the app's :class:`~llm_infra.config.TrainingConfig`
+(and, for what the deploy would change, the synthesized templates in ``cdk.out``) that returns one
 :class:`CheckResult`; :func:`run_checks` runs those the config calls for. Nothing here prints.
 
 A ``ClientError`` a check does not expect (AccessDenied above all) turns that check into a WARN that
@@ -11,16 +12,20 @@ no region, no network) propagate: the command reports them in one line.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 
-from llm_infra.config import TrainingConfig
+from llm_infra.config import KUBERNETES_VERSIONS, TrainingConfig
 from llm_infra.instance_types import EfaLayout
+from llm_infra.ops import create_only
+from llm_infra.ops.create_only import Replacement, SchemaUnavailable, Synthesized
 from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
@@ -40,9 +45,25 @@ EC2_ON_DEMAND_QUOTAS = {
     "G": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
     "Standard": ("L-1216C47A", "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"),
 }
-# FSx: the region's total SSD capacity of PERSISTENT_2 Lustre file systems (code L-8F1B9C74, default
-# 100800 GiB); StorageStack creates PERSISTENT_2.
-FSX_PERSISTENT_2_QUOTA = "Lustre Persistent_2 storage capacity"
+# HyperPod's per-instance EBS volume quota, compared with the largest ClusterEbsVolumeConfig.VolumeSizeInGB we
+# ask (same docs table, row 2: "Maximum size of EBS volume in GB for a SageMaker HyperPod cluster instance ...
+# Your account-level quota value must be more than the EBS volume you wish to add to your cluster").
+HYPERPOD_EBS_VOLUME_QUOTA = "Maximum size of EBS volume in GB for a SageMaker HyperPod cluster instance"
+# FSx for Lustre PERSISTENT_2 quotas (StorageStack creates PERSISTENT_2), asked by code (service code fsx):
+# the region's total SSD capacity of PERSISTENT_2 file systems (default 100800 GiB) and their count
+# (default 100). The codes and names are those ListAWSDefaultServiceQuotas --service-code fsx returns, as
+# recorded in public dumps of that listing ("| fsx | Lustre Persistent_2 storage capacity | L-8F1B9C74 |
+# 100800.0 |", "| fsx | Lustre Persistent_2 file systems | L-FD6F2F22 | 100.0 |"); the 100800 GiB default is
+# also AWS's FSx for Lustre User Guide, Quotas ("Total storage for all file systems | 100,800 GiB").
+FSX_PERSISTENT_2_STORAGE_QUOTA = ("L-8F1B9C74", "Lustre Persistent_2 storage capacity")
+FSX_PERSISTENT_2_FILE_SYSTEMS_QUOTA = ("L-FD6F2F22", "Lustre Persistent_2 file systems")
+# The HyperPod training operator add-on: AWS's page lists fewer Kubernetes versions than our pin covers
+# (docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-eks-operator.html, "Supported versions": "Supported
+# Kubernetes versions - 1.28, 1.29, 1.30, 1.31, 1.32, and 1.33"); the pin for 1.34 and 1.35
+# (llm_infra/versions.py, HYPERPOD_TRAINING_OPERATOR_ADDONS) rests on a PR. DescribeAddonVersions decides.
+HYPERPOD_TRAINING_OPERATOR_ADDON = "amazon-sagemaker-hyperpod-training-operator"
+HYPERPOD_TRAINING_OPERATOR_DOCUMENTED = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33")
+HYPERPOD_TRAINING_OPERATOR_PIN_SOURCE = "awslabs/awsome-distributed-ai PR #1076 (commit 414d4da; llm_infra/versions.py)"
 # The template AWS's HyperPod Helm stack nests (constructs/hyperpod_dependencies.py HELM_CHART_TEMPLATE_URL).
 HELM_TEMPLATE_BUCKET = "aws-sagemaker-hyperpod-cluster-setup-{region}-prod"
 HELM_TEMPLATE_KEY = "templates/helm-chart-template.yaml"
@@ -74,6 +95,10 @@ IAM_ACTIONS = {
     "HeadObject": "s3:GetObject",
     "DescribeStacks": "cloudformation:DescribeStacks",
     "ListStackResources": "cloudformation:ListStackResources",
+    "GetTemplate": "cloudformation:GetTemplate",
+    "GetTemplateSummary": "cloudformation:GetTemplateSummary",
+    "ListExports": "cloudformation:ListExports",
+    "DescribeSubnets": "ec2:DescribeSubnets",
     "GetParameter": "ssm:GetParameter",
 }
 _ACCESS_DENIED = re.compile(r"AccessDenied|UnauthorizedOperation|Unauthorized|Forbidden|^403$")
@@ -105,9 +130,19 @@ def failed(results: list[CheckResult]) -> bool:
 
 
 # ---- running the checks -----------------------------------------------------------------------
-def run_checks(config: TrainingConfig, *, region: str, account: str, client: ClientFactory) -> list[CheckResult]:
+def run_checks(
+    config: TrainingConfig,
+    *,
+    region: str,
+    account: str,
+    client: ClientFactory,
+    cdk_out: Path | None = None,
+) -> list[CheckResult]:
     """Every check the config calls for, in report order. ``client(service)`` gives a boto3 client (the
-    same one each time: the command caches them)."""
+    same one each time: the command caches them). ``cdk_out``: the synthesized app (``cdk.out``), which the
+    checks of what the deploy would change read; a folder without templates is bad input
+    (:class:`~llm_infra.ops.rehearse.BadInput`, naming ``--cdk-out``), raised before any check runs."""
+    synthesized = create_only.read_synthesized(cdk_out) if cdk_out is not None else None
     book = QuotaBook(client("service-quotas"))
     checks: list[tuple[str, Callable[[], CheckResult]]] = [
         ("availability zone", lambda: check_availability_zone(client("ec2"), config, region)),
@@ -125,6 +160,7 @@ def run_checks(config: TrainingConfig, *, region: str, account: str, client: Cli
                 (f"quota: {HYPERPOD_CPU_INSTANCE_TYPE}", lambda: check_hyperpod_cpu_quota(book, config, region))
             )
         checks.append(("quota: HyperPod instances", lambda: check_hyperpod_instance_quotas(book, config, region)))
+        checks.append(("quota: HyperPod EBS volume", lambda: check_hyperpod_ebs_quota(book, config, region)))
     else:
         checks.append(("quota: EC2 GPU vCPUs", lambda: check_ec2_gpu_quota(book, config, region)))
     checks.append(("quota: EC2 system vCPUs", lambda: check_ec2_system_quota(book, client("ec2"), config, region)))
@@ -133,7 +169,19 @@ def run_checks(config: TrainingConfig, *, region: str, account: str, client: Cli
         checks.append((f"add-on {addon}", partial(_check_addon, client, addon, version, config.kubernetes_version)))
     if config.operators == "aws-helm-stack":
         checks.append(("HyperPod Helm template", lambda: check_helm_template(client("s3"), region)))
+        checks.append(
+            (
+                "HyperPod Helm parameters",
+                lambda: check_helm_parameters(client("cloudformation"), region, synthesized),
+            )
+        )
     checks.append(("operators change", lambda: check_operators_change(client("cloudformation"), config)))
+    checks.append(
+        (
+            "create-only properties",
+            lambda: check_create_only(client("cloudformation"), lambda: client("ec2"), config, synthesized, region),
+        )
+    )
     checks.append(
         ("CDK bootstrap", lambda: check_bootstrap(client("cloudformation"), lambda: client("ssm"), account, region))
     )
@@ -359,14 +407,67 @@ def check_ec2_system_quota(book: QuotaBook, ec2: Any, config: TrainingConfig, re
     )
 
 
-def check_fsx_quota(book: QuotaBook, config: TrainingConfig, region: str) -> CheckResult:
-    """FSx "Lustre Persistent_2 storage capacity" (GiB, all PERSISTENT_2 file systems of the region)."""
-    name = "quota: FSx for Lustre"
-    quota = book.by_name("fsx", FSX_PERSISTENT_2_QUOTA)
+def check_hyperpod_ebs_quota(book: QuotaBook, config: TrainingConfig, region: str) -> CheckResult:
+    """SageMaker "Maximum size of EBS volume in GB for a SageMaker HyperPod cluster instance" >= the largest
+    EBS volume an instance group asks (ClusterEbsVolumeConfig.VolumeSizeInGB)."""
+    name = "quota: HyperPod EBS volume"
+    sizes = hyperpod_ebs_volumes(config)
+    if not sizes:
+        return CheckResult(name, SKIP, "no instance group asks for an EBS volume")
+    group, need = max(sizes.items(), key=lambda item: item[1])
+    quota = book.by_name("sagemaker", HYPERPOD_EBS_VOLUME_QUOTA)
     if quota is None:
-        return CheckResult(name, SKIP, f"FSx lists no quota {FSX_PERSISTENT_2_QUOTA!r} in {region}")
-    what = "fsx_storage_gib; shared by all PERSISTENT_2 file systems of the region"
-    return quota_result(name, quota, config.fsx_storage_gib, unit="GiB", service_code="fsx", region=region, what=what)
+        return CheckResult(
+            name,
+            WARN,
+            f"not checked: SageMaker lists no quota {HYPERPOD_EBS_VOLUME_QUOTA!r} in {region}",
+            "check by hand that the quota is at least "
+            f"{need} GB (gpu_root_volume_gib): aws service-quotas list-aws-default-service-quotas --service-code "
+            f"sagemaker --region {region} --query \"Quotas[?contains(QuotaName, 'EBS volume')]\" (and "
+            "list-service-quotas for an applied value)",
+        )
+    what = f"the {group} instance group's EBS volume, gpu_root_volume_gib"
+    return quota_result(name, quota, need, unit="GB", service_code="sagemaker", region=region, what=what)
+
+
+def hyperpod_ebs_volumes(config: TrainingConfig) -> dict[str, int]:
+    """The EBS volume (GB) each HyperPod instance group asks for, as stacks/cluster_stack.py ``_hyperpod``
+    builds them: the GPU group one of gpu_root_volume_gib, the CPU group none."""
+    return {"gpu": config.gpu_root_volume_gib} if config.compute == "hyperpod" else {}
+
+
+def check_fsx_quota(book: QuotaBook, config: TrainingConfig, region: str) -> CheckResult:
+    """FSx "Lustre Persistent_2 storage capacity" (GiB, all PERSISTENT_2 file systems of the region) >=
+    fsx_storage_gib and "Lustre Persistent_2 file systems" >= 1, by quota code; a code Service Quotas does
+    not know is a WARN with the way to check by hand."""
+    name = "quota: FSx for Lustre"
+    wanted = [
+        (
+            FSX_PERSISTENT_2_STORAGE_QUOTA,
+            config.fsx_storage_gib,
+            "GiB",
+            "fsx_storage_gib; shared by all PERSISTENT_2 file systems of the region",
+        ),
+        (FSX_PERSISTENT_2_FILE_SYSTEMS_QUOTA, 1, "file systems", "the storage stack's one PERSISTENT_2 file system"),
+    ]
+    results = []
+    for (code, quota_name), need, unit, what in wanted:
+        quota = book.by_code("fsx", code)
+        if quota is None:
+            results.append(
+                CheckResult(
+                    name,
+                    WARN,
+                    f"not checked: Service Quotas has no FSx quota {code} ({quota_name!r}) in {region}",
+                    f"check by hand that {quota_name!r} allows {need} {unit}: aws service-quotas "
+                    f"list-service-quotas --service-code fsx --region {region} "
+                    "--query \"Quotas[?contains(QuotaName, 'Persistent_2')]\" (list-aws-default-service-quotas "
+                    "for the defaults); AWS may have renamed or recoded it",
+                )
+            )
+        else:
+            results.append(quota_result(name, quota, need, unit=unit, service_code="fsx", region=region, what=what))
+    return _worst(name, results)
 
 
 def _quota_family(instance_type: str) -> str:
@@ -574,8 +675,36 @@ def check_capacity_reservation(ec2: Any, config: TrainingConfig) -> CheckResult:
 
 # ---- builds AWS serves ----------------------------------------------------------------------------
 def check_addon(eks: Any, addon: str, version: str, kubernetes_version: str) -> CheckResult:
-    """The pinned add-on build exists for the Kubernetes version (EKS DescribeAddonVersions)."""
+    """The pinned add-on build exists for the Kubernetes version (EKS DescribeAddonVersions). For the HyperPod
+    training operator, whose documented Kubernetes range and our pin disagree, the result says which one
+    AWS's answer backs."""
     name = f"add-on {addon}"
+    served = _served_builds(eks, addon, kubernetes_version)
+    training_operator = addon == HYPERPOD_TRAINING_OPERATOR_ADDON
+    if version in served:
+        detail = f"{version} is served for Kubernetes {kubernetes_version}"
+        if training_operator and kubernetes_version not in HYPERPOD_TRAINING_OPERATOR_DOCUMENTED:
+            documented = _version_range(HYPERPOD_TRAINING_OPERATOR_DOCUMENTED)
+            detail += (
+                f" (DescribeAddonVersions is the gate: AWS's training operator page lists Kubernetes {documented} "
+                "only, AWS serves the build here all the same)"
+            )
+        return CheckResult(name, PASS, detail)
+    if training_operator:
+        return _training_operator_not_served(eks, version, kubernetes_version, served)
+    offer = ", ".join(_newest(served, 5)) if served else "none"
+    return CheckResult(
+        name,
+        FAIL,
+        f"pinned {version} is not served for Kubernetes {kubernetes_version}; AWS serves: {offer}",
+        f"pin a served build of {addon} in llm_infra/versions.py (EKS_ADDONS / HYPERPOD_TRAINING_OPERATOR_ADDONS)"
+        if served
+        else f"{addon} has no build for Kubernetes {kubernetes_version} here: pick another kubernetes_version",
+    )
+
+
+def _served_builds(eks: Any, addon: str, kubernetes_version: str) -> list[str]:
+    """The builds of ``addon`` DescribeAddonVersions lists for ``kubernetes_version``."""
     served: list[str] = []
     try:
         pages = eks.get_paginator("describe_addon_versions").paginate(
@@ -588,17 +717,70 @@ def check_addon(eks: Any, addon: str, version: str, kubernetes_version: str) -> 
     except ClientError as err:
         if _error_code(err) != "ResourceNotFoundException":
             raise
-    if version in served:
-        return CheckResult(name, PASS, f"{version} is served for Kubernetes {kubernetes_version}")
-    offer = ", ".join(_newest(served, 5)) if served else "none"
+    return served
+
+
+def _served_kubernetes_versions(eks: Any, addon: str) -> list[str]:
+    """The Kubernetes versions DescribeAddonVersions lists any build of ``addon`` for (its compatibilities)."""
+    versions: set[str] = set()
+    try:
+        for page in eks.get_paginator("describe_addon_versions").paginate(addonName=addon):
+            for entry in page.get("addons", []):
+                if entry.get("addonName") != addon:
+                    continue
+                for build in entry.get("addonVersions", []):
+                    versions |= {c["clusterVersion"] for c in build.get("compatibilities", []) if "clusterVersion" in c}
+    except ClientError as err:
+        if _error_code(err) != "ResourceNotFoundException":
+            raise
+    return _sorted_versions(versions)
+
+
+def _training_operator_not_served(eks: Any, version: str, kubernetes_version: str, served: list[str]) -> CheckResult:
+    """A FAIL that says plainly that AWS's answer and our pin disagree, and the ways through."""
+    addon = HYPERPOD_TRAINING_OPERATOR_ADDON
+    name = f"add-on {addon}"
+    pin = f"our pin {version} for Kubernetes {kubernetes_version} rests on {HYPERPOD_TRAINING_OPERATOR_PIN_SOURCE}"
+    if served:
+        return CheckResult(
+            name,
+            FAIL,
+            f"AWS serves no {version} of {addon} for Kubernetes {kubernetes_version} (it serves: "
+            f"{', '.join(_newest(served, 5))}); {pin}: the deploy would fail creating the add-on",
+            "pin a served build in llm_infra/versions.py (HYPERPOD_TRAINING_OPERATOR_ADDONS)",
+        )
+    elsewhere = _served_kubernetes_versions(eks, addon)
+    listed = f"it lists builds for Kubernetes {_version_range(elsewhere)}" if elsewhere else "it lists no build at all"
+    documented = _version_range(HYPERPOD_TRAINING_OPERATOR_DOCUMENTED)
+    usable = [v for v in KUBERNETES_VERSIONS if v in elsewhere and v != kubernetes_version]
+    ways = [f"-c kubernetes_version={usable[-1]} (AWS serves the operator there)"] if usable else []
+    ways.append("-c hyperpod_training_operator=false (jobs run as Kubeflow PyTorchJobs on the HyperPod nodes)")
+    if not usable:
+        ways.append(
+            f"or wait until AWS publishes a build for {kubernetes_version} (this app runs Kubernetes "
+            f"{', '.join(KUBERNETES_VERSIONS)}; AWS's page lists {documented})"
+        )
     return CheckResult(
         name,
         FAIL,
-        f"pinned {version} is not served for Kubernetes {kubernetes_version}; AWS serves: {offer}",
-        f"pin a served build of {addon} in llm_infra/versions.py (EKS_ADDONS / HYPERPOD_TRAINING_OPERATOR_ADDONS)"
-        if served
-        else f"{addon} has no build for Kubernetes {kubernetes_version} here: pick another kubernetes_version",
+        f"AWS publishes no {addon} build for Kubernetes {kubernetes_version} ({listed}; AWS's page lists "
+        f"{documented}); {pin}, and DescribeAddonVersions disagrees: the deploy would fail creating the add-on",
+        "; ".join(ways),
     )
+
+
+def _sorted_versions(versions: set[str] | list[str] | tuple[str, ...]) -> list[str]:
+    return sorted(set(versions), key=lambda v: tuple(int(n) for n in re.findall(r"\d+", v)))
+
+
+def _version_range(versions: set[str] | list[str] | tuple[str, ...]) -> str:
+    """A range such as 1.28-1.33 for three or more consecutive minor versions, else the list."""
+    ordered = _sorted_versions(versions)
+    minors = [tuple(int(n) for n in re.findall(r"\d+", v)[:2]) for v in ordered]
+    consecutive = all(b == (a[0], a[1] + 1) for a, b in zip(minors, minors[1:], strict=False))
+    if len(ordered) > 2 and consecutive:
+        return f"{ordered[0]}-{ordered[-1]}"
+    return ", ".join(ordered)
 
 
 def _newest(versions: list[str], count: int) -> list[str]:
@@ -633,6 +815,58 @@ def check_helm_template(s3: Any, region: str) -> CheckResult:
             )
         raise
     return CheckResult(name, PASS, f"{where} exists")
+
+
+def check_helm_parameters(cloudformation: Any, region: str, synthesized: Synthesized | None) -> CheckResult:
+    """The parameters we pass to AWS's Helm-chart template (the synthesized ``AWS::CloudFormation::Stack``'s
+    ``Parameters``) against those the template declares (CloudFormation ``GetTemplateSummary`` on its URL):
+    a name it does not declare, or a parameter it requires (no default) that we do not pass, fails the deploy
+    ("Parameters: [...] do not exist in the template" / "must have values")."""
+    name = "HyperPod Helm parameters"
+    if synthesized is None:
+        return CheckResult(name, WARN, "not checked: no synthesized templates (cdk.out) to read our parameters from")
+    passed = helm_stack_parameters(synthesized)
+    if passed is None:
+        return CheckResult(
+            name,
+            WARN,
+            f"not checked: {synthesized.folder} holds no AWS Helm-chart stack (synthesized with operators=none?)",
+            create_only.SYNTH_HINT,
+        )
+    url = f"https://{HELM_TEMPLATE_BUCKET.format(region=region)}.s3.{region}.amazonaws.com/{HELM_TEMPLATE_KEY}"
+    declared = {
+        p["ParameterKey"]: p for p in cloudformation.get_template_summary(TemplateURL=url).get("Parameters", [])
+    }
+    unknown = sorted(set(passed) - set(declared))
+    required = sorted(key for key, p in declared.items() if "DefaultValue" not in p and key not in passed)
+    problems = []
+    if unknown:
+        problems.append(
+            f"we pass {', '.join(unknown)}, which AWS's template does not declare (it declares: "
+            f"{', '.join(sorted(declared))})"
+        )
+    if required:
+        problems.append(f"AWS's template requires {', '.join(required)} (no default), which we do not pass")
+    if problems:
+        return CheckResult(
+            name,
+            FAIL,
+            "; ".join(problems) + f": creating the nested stack from {url} would fail",
+            "update the parameters of constructs/hyperpod_dependencies.py to the template's (aws "
+            f"cloudformation get-template-summary --template-url {url}), or -c operators=none",
+        )
+    return CheckResult(
+        name, PASS, f"AWS's template declares all {len(passed)} parameters we pass and requires no other ({url})"
+    )
+
+
+def helm_stack_parameters(synthesized: Synthesized) -> list[str] | None:
+    """The parameter names the synthesized app passes to AWS's Helm-chart template (None: no such stack)."""
+    for _, _, resource in synthesized.resources("AWS::CloudFormation::Stack"):
+        properties = resource.get("Properties", {})
+        if HELM_TEMPLATE_KEY in json.dumps(properties.get("TemplateURL")):
+            return sorted(properties.get("Parameters", {}))
+    return None
 
 
 def check_operators_change(cloudformation: Any, config: TrainingConfig) -> CheckResult:
@@ -674,6 +908,245 @@ def check_operators_change(cloudformation: Any, config: TrainingConfig) -> Check
         "compute mode): AWS's stack cannot install over them, the deploy would fail and roll back",
         "deploy once with -c operators=none (AWS's Lambda uninstalls the old release), then with this config",
     )
+
+
+# ---- what the deploy would replace -----------------------------------------------------------------
+def check_create_only(
+    cloudformation: Any, ec2: Callable[[], Any], config: TrainingConfig, synthesized: Synthesized | None, region: str
+) -> CheckResult:
+    """Compare the deployed stacks (CloudFormation GetTemplate) with the synthesized ones: a create-only property
+    (cfn-lint's registry schemas) that changes replaces its resource, which fails outright for a resource
+    that keeps its custom name and loses what a data store holds (:mod:`llm_infra.ops.create_only`). For a
+    deployed HyperPod cluster also the subnet it runs in (ListExports / ListStackResources, EC2
+    DescribeSubnets): a gpu_az_id other than that subnet's AZ means a new subnet, hence a new VpcConfig."""
+    name = "create-only properties"
+    if synthesized is None:
+        return CheckResult(name, WARN, "not checked: no synthesized templates (cdk.out) to compare with")
+    stale = synthesized_for(config, synthesized)
+    if stale:
+        return CheckResult(
+            name,
+            WARN,
+            f"not checked: {synthesized.folder} was synthesized for other settings ({'; '.join(stale)})",
+            f"{create_only.SYNTH_HINT}, then run preflight again",
+        )
+    stacks = synthesized.project_stacks(config.project_name)
+    try:
+        deployed = {stack: t for stack in stacks if (t := _deployed_template(cloudformation, stack)) is not None}
+    except ValueError as err:
+        return CheckResult(name, WARN, f"not checked: {err}")
+    if not deployed:
+        return CheckResult(name, PASS, f"nothing deployed yet ({', '.join(stacks)}): every resource is created fresh")
+    notes: list[str] = []
+    try:
+        found = create_only.replacements(
+            deployed, stacks, lambda resource_type: create_only.resource_schema(resource_type, region)
+        )
+    except SchemaUnavailable as err:
+        found, notes = [], [f"other resources not checked: {err}"]
+    by_key = {r.key: r for r in found}
+    results = _hyperpod_subnet_results(cloudformation, ec2, config, deployed, stacks, by_key)
+    covered = {key for key, r in results if r.status != PASS}  # the subnet explains the replacement
+    for replacement in found:
+        if replacement.key not in covered and (replacement.data_store or replacement.custom_named):
+            results.append((replacement.key, _replacement_result(name, replacement, by_key)))
+    failing = [r for _, r in results if r.status != PASS]
+    if failing:
+        shown = failing + ([CheckResult(name, WARN, note) for note in notes])
+        return _worst(name, shown)
+    others = sorted(f"{r.stack}/{r.logical_id}" for r in found if not (r.data_store or r.custom_named))
+    detail = f"{len(deployed)} deployed stack(s) ({', '.join(deployed)}): no create-only change replaces a "
+    detail += f"custom-named resource or a data store ({create_only.SCHEMA_SOURCE})"
+    if others:
+        detail += f"; replaced, unnamed: {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}"
+    detail += "".join(f"; {r.detail}" for _, r in results)
+    if notes:
+        return CheckResult(name, WARN, "; ".join([detail, *notes]), "pip install cfn-lint, then run preflight again")
+    return CheckResult(name, PASS, detail)
+
+
+def synthesized_for(config: TrainingConfig, synthesized: Synthesized) -> list[str]:
+    """How the synthesized templates differ from ``config`` where the comparison depends on it."""
+    stale = []
+    stacks = synthesized.project_stacks(config.project_name)
+    if not stacks:
+        return [f"no stack of project_name {config.project_name} (it holds {', '.join(sorted(synthesized.templates))})"]
+    compute = "hyperpod" if any(synthesized.resources("AWS::SageMaker::Cluster")) else "eks"
+    if compute != config.compute:
+        stale.append(f"compute={compute}, the config says {config.compute}")
+    zones = {
+        r.get("Properties", {}).get("AvailabilityZoneId")
+        for _, _, r in synthesized.resources("AWS::EC2::Subnet")
+        if isinstance(r.get("Properties", {}).get("AvailabilityZoneId"), str)
+    }
+    if zones and config.gpu_az_id not in zones:
+        stale.append(f"gpu_az_id={', '.join(sorted(zones))}, the config says {config.gpu_az_id}")
+    return stale
+
+
+def _deployed_template(cloudformation: Any, stack: str) -> dict[str, Any] | None:
+    """The template a stack was deployed with (GetTemplate, as submitted); None when it does not exist."""
+    try:
+        body = cloudformation.get_template(StackName=stack, TemplateStage="Original")["TemplateBody"]
+    except ClientError as err:
+        if _error_code(err) == "ValidationError" and "does not exist" in str(err):
+            return None
+        raise
+    if isinstance(body, dict):  # botocore decodes a JSON template body
+        return body
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        raise ValueError(f"{stack}'s deployed template is not JSON (not deployed by cdk deploy?)") from None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def _hyperpod_subnet_results(
+    cloudformation: Any,
+    ec2: Callable[[], Any],
+    config: TrainingConfig,
+    deployed: dict[str, dict[str, Any]],
+    synthesized: dict[str, dict[str, Any]],
+    found: dict[create_only.Key, Replacement],
+) -> list[tuple[create_only.Key, CheckResult]]:
+    """Each deployed HyperPod cluster that the deploy keeps: its subnet's AZ ID against gpu_az_id."""
+    name = "create-only properties"
+    results = []
+    resolver = _PhysicalIds(cloudformation)
+    for stack, logical_id, cluster, subnets in create_only.hyperpod_subnets(deployed):
+        if logical_id not in synthesized.get(stack, {}).get("Resources", {}):
+            continue
+        ids = [resolver.resolve(stack, subnet) for subnet in subnets]
+        known = [i for i in ids if i]
+        if not known:
+            results.append(
+                (
+                    (stack, logical_id),
+                    CheckResult(
+                        name,
+                        WARN,
+                        f"HyperPod cluster {cluster}: cannot tell the subnet of its VpcConfig "
+                        f"({', '.join(create_only.show(s) for s in subnets)})",
+                        f"check by hand that its subnet lies in gpu_az_id {config.gpu_az_id}: aws sagemaker "
+                        f"describe-cluster --cluster-name {cluster} --query VpcConfig",
+                    ),
+                )
+            )
+            continue
+        zones = {
+            s["SubnetId"]: s.get("AvailabilityZoneId", "?") for s in ec2().describe_subnets(SubnetIds=known)["Subnets"]
+        }
+        elsewhere = {subnet: zone for subnet, zone in zones.items() if zone != config.gpu_az_id}
+        where = ", ".join(f"{subnet} in {zone}" for subnet, zone in zones.items())
+        if not elsewhere:
+            results.append(
+                ((stack, logical_id), CheckResult(name, PASS, f"HyperPod cluster {cluster}: {where} = gpu_az_id"))
+            )
+            continue
+        deployed_zone = sorted(set(elsewhere.values()))[0]
+        results.append(
+            (
+                (stack, logical_id),
+                CheckResult(
+                    name,
+                    FAIL,
+                    f"HyperPod cluster {cluster} ({stack}/{logical_id}) runs in {where}, gpu_az_id is "
+                    f"{config.gpu_az_id}: the deploy would make a new GPU subnet there and give the cluster a new "
+                    "VpcConfig, which is create-only (HyperPod cannot change a cluster's VpcConfig), so "
+                    f"CloudFormation would replace the cluster, and its fixed name {cluster} makes the update fail; "
+                    "replacing it would destroy every node and every job on it",
+                    f"keep -c gpu_az_id={deployed_zone} (as deployed); to move to {config.gpu_az_id}, deploy a second "
+                    f"app beside it (-c project_name=<new> -c gpu_az_id={config.gpu_az_id}: new stacks, cluster and "
+                    "file system), move the jobs and data over, then cdk destroy the old stacks",
+                ),
+            )
+        )
+    return results
+
+
+class _PhysicalIds:
+    """A deployed template value resolved to a physical ID: a literal, Ref of the stack's resource
+    (ListStackResources), Fn::ImportValue (ListExports); None when it is none of those."""
+
+    def __init__(self, cloudformation: Any) -> None:
+        self.cloudformation = cloudformation
+        self._exports: dict[str, str] | None = None
+        self._resources: dict[str, dict[str, str]] = {}
+
+    def resolve(self, stack: str, value: Any) -> str | None:
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, dict):
+            return None
+        if isinstance(value.get("Ref"), str):
+            return self._stack_resources(stack).get(value["Ref"])
+        if isinstance(value.get("Fn::ImportValue"), str):
+            return self._all_exports().get(value["Fn::ImportValue"])
+        return None
+
+    def _all_exports(self) -> dict[str, str]:
+        if self._exports is None:
+            pages = self.cloudformation.get_paginator("list_exports").paginate()
+            self._exports = {e["Name"]: e["Value"] for page in pages for e in page.get("Exports", [])}
+        return self._exports
+
+    def _stack_resources(self, stack: str) -> dict[str, str]:
+        if stack not in self._resources:
+            pages = self.cloudformation.get_paginator("list_stack_resources").paginate(StackName=stack)
+            self._resources[stack] = {
+                r["LogicalResourceId"]: r.get("PhysicalResourceId", "")
+                for page in pages
+                for r in page["StackResourceSummaries"]
+            }
+        return self._resources[stack]
+
+
+def _replacement_result(name: str, replacement: Replacement, found: dict[create_only.Key, Replacement]) -> CheckResult:
+    """A replaced data store or custom-named resource: FAIL (WARN for a renamed resource that holds nothing)."""
+    change = replacement.changes[0]
+    root, cause = create_only.root_change(replacement, found)
+    what = f"{', '.join(c.path for c in replacement.changes)} changes"
+    if change.because is not None:
+        what = (
+            f"{change.path} refers to {change.because[0]}/{change.because[1]}, which is replaced "
+            f"({root.resource_type} {cause.path}: {_from_to(cause)})"
+        )
+    elif change.path != "Type":
+        what += f" ({change.path}: {_from_to(change)})"
+    consequences = []
+    if replacement.refused:
+        names = ", ".join(f"{k} {create_only.show(new)}" for k, (_, new) in replacement.names.items())
+        consequences.append(
+            f"create-only, so CloudFormation must replace it, and it keeps its custom name ({names}): "
+            "CloudFormation cannot update a stack when a custom-named resource requires replacing"
+        )
+    elif replacement.renamed:
+        renames = ", ".join(
+            f"{k} {create_only.show(old)} -> {create_only.show(new)}" for k, (old, new) in replacement.names.items()
+        )
+        consequences.append(
+            f"create-only: CloudFormation creates the renamed one ({renames}) and deletes the deployed one"
+        )
+    else:
+        consequences.append("create-only: CloudFormation creates a new one and deletes the deployed one")
+    if replacement.data_store:
+        consequences.append(create_only.DATA_STORES[replacement.resource_type])
+        if replacement.retained:
+            consequences.append("the deployed one is retained (UpdateReplacePolicy Retain) but leaves the stack")
+    status = FAIL if replacement.data_store or replacement.refused else WARN
+    if root.resource_type == "AWS::EC2::Subnet" and cause.path in ("AvailabilityZoneId", "AvailabilityZone"):
+        keep = f"keep -c gpu_az_id={create_only.show(cause.old)} (as deployed)"
+    else:
+        keep = f"keep {root.resource_type} {cause.path} as deployed ({create_only.show(cause.old, 80)})"
+    fix = (
+        f"{keep}; to change it, deploy a second app beside this one (-c project_name=<new>), move the jobs and data "
+        "over, then cdk destroy the old stacks"
+    )
+    return CheckResult(name, status, f"{replacement.label()}: {what}: {'; '.join(consequences)}", fix)
+
+
+def _from_to(change: create_only.Change) -> str:
+    return f"{create_only.show(change.old, 60)} -> {create_only.show(change.new, 60)}"
 
 
 def check_bootstrap(cloudformation: Any, ssm: Callable[[], Any], account: str, region: str) -> CheckResult:

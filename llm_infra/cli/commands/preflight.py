@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from llm_infra.cli.aws import add_aws_flags, aws_client, resolve_region
@@ -23,6 +24,12 @@ def register(commands: Any) -> None:
         "Exits 1 when a check fails.",
     )
     add_config_flags(parser)
+    parser.add_argument(
+        "--cdk-out",
+        metavar="DIR",
+        help="the synthesized templates, compared with the deployed stacks (default: cdk.out in --app-dir; "
+        "make synth or npx cdk synth with the same -c flags)",
+    )
     add_aws_flags(parser, reads_app_config=True)
     add_output_flag(parser, "the region, the account and every check")
     parser.set_defaults(handler=run_preflight)
@@ -41,7 +48,8 @@ def run_preflight(args: argparse.Namespace) -> int:
         return clients[service]
 
     account = str(client("sts").get_caller_identity()["Account"])
-    results = run_checks(config, region=args.region, account=account, client=client)
+    cdk_out = Path(args.cdk_out) if args.cdk_out else Path(args.app_dir) / "cdk.out"
+    results = run_checks(config, region=args.region, account=account, client=client, cdk_out=cdk_out)
     if args.output == OUTPUT_JSON:
         print(json.dumps({"region": args.region, "account": account, "checks": [r.to_json() for r in results]}))
     else:
