@@ -33,6 +33,7 @@ only (the plot needs matplotlib).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
@@ -864,8 +865,6 @@ def plot_series(job: JobSpec) -> dict[str, Any]:
 def plot(job: JobSpec, path: str) -> None:
     """Draw :func:`plot_series` into the PNG ``path``, with the series themselves in its text chunk
     ``PLOT_DATA_KEY`` (JSON): what the picture shows can be checked without reading pixels."""
-    import json
-
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - matplotlib is a dependency
