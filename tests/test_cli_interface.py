@@ -298,7 +298,8 @@ def numeric_flags() -> list[tuple[str, str]]:
         (prog, action.option_strings[-1])
         for prog, parser in leaf_commands().items()
         for action in parser._actions
-        if action.option_strings and getattr(action.type, "__name__", "") in ("number", "whole number", "float", "int")
+        if action.option_strings
+        and getattr(action.type, "__name__", "") in ("number", "whole number", "number or preset", "float", "int")
     ]
 
 
@@ -319,7 +320,7 @@ def test_every_number_flag_refuses_what_is_not_a_finite_number(
     prog: str, option: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     first, _ = usage_error(capsys, *prog.split()[1:], f"{option}={value}")
-    assert first.startswith(f"{prog}: error: argument {option}: expected a ")
+    assert first.startswith(f"{prog}: error: argument {option}: expected ")
     assert f"got {value!r}" in first
 
 
