@@ -88,14 +88,14 @@ def test_a_prompt_without_a_terminal_says_pass_yes(bare_aws: Path, monkeypatch, 
 
 def test_a_plot_into_a_missing_folder(tmp_path: Path, capsys) -> None:
     code, _, err = run(capsys, "plan", *JOB, "--plot", str(tmp_path / "missing" / "plan.png"))
-    assert code == 1 and f"{tmp_path / 'missing' / 'plan.png'}: No such file or directory" in one_error(err)
+    assert code == 2 and f"there is no folder {tmp_path / 'missing'} to write it in" in one_error(err)
 
 
 def test_a_binary_run_log(tmp_path: Path, capsys) -> None:
     log = tmp_path / "run.log"
     log.write_bytes(b"\xff\xfe\x00binary")
     code, _, err = run(capsys, "plan", *JOB, "--from-run", str(log))
-    assert code == 1 and "not a text file" in one_error(err)
+    assert code == 2 and f"--from-run {log}: not a text file" in one_error(err)
 
 
 def test_a_dashboard_template_that_is_not_json(tmp_path: Path, capsys) -> None:

@@ -192,17 +192,47 @@ def test_a_drill_without_a_recovery_measures_nothing(capsys, tmp_path: Path) -> 
     [
         (json.dumps(drill_report(10.0, version=2)), "drill report version 2 is not supported (this planner reads"),
         ("Traceback (most recent call last):\nnothing to plan with\n", "no payload JSON lines (train.py) and no"),
-        (None, "No such file or directory"),
+        (None, "no such file; pass a run's log (kubectl logs POD > run.log) or the report llm-infra drill"),
+        (b"\x89PNG\r\n\x1a\n\x00", "not a text file (invalid start byte at byte 0); pass a run's log"),
+        (
+            json.dumps({**drill_report(10.0), "recovery_seconds": "12.5"}),
+            "recovery_seconds is seconds >= 0 or null, not '12.5'",
+        ),
+        (
+            json.dumps({k: v for k, v in drill_report(10.0).items() if k != "recovery_seconds"}),
+            "recovery_seconds is seconds >= 0 or null, not missing",
+        ),
+        (
+            json.dumps({**drill_report(10.0), "recovery_seconds": -1}),
+            "recovery_seconds is seconds >= 0 or null, not -1",
+        ),
+        (
+            '{"kind": "llm-infra/drill", "version": 1, "recovery_seconds": NaN}',
+            "recovery_seconds is seconds >= 0 or null, not nan",
+        ),
     ],
 )
-def test_an_unreadable_run_exits_2_naming_the_flag(capsys, tmp_path: Path, content: str | None, message: str) -> None:
+def test_an_unreadable_run_exits_2_naming_the_flag(
+    capsys, tmp_path: Path, content: str | bytes | None, message: str
+) -> None:
     path = tmp_path / "run.log"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     code, _, err = run_cli(capsys, "plan", *JOB, "--from-run", str(path))
     assert code == 2
-    assert err.startswith(f"llm-infra: error: --from-run: {path}: ") and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"llm-infra: error: --from-run {path}: ") and len(err.strip().splitlines()) == 1
     assert message in err
+
+
+def test_a_run_log_powershell_wrote_is_read(capsys, tmp_path: Path) -> None:
+    """PowerShell's `kubectl logs ... > run.log` writes UTF-16 with a byte-order mark."""
+    path = tmp_path / "drill.json"
+    path.write_text(json.dumps(drill_report(10.0)), encoding="utf-16")
+    code, out, err = run_cli(capsys, "plan", *JOB, "--from-run", str(path), "--output", "json")
+    assert code == 0, err
+    assert json.loads(out)["measured"] == {"recovery_auto_minutes": pytest.approx(10.0 / 60)}
 
 
 # ---- the stop budget the run had: the start lines' shutdown_budget_seconds ----------------------------------

@@ -27,12 +27,14 @@ the planner say when it scales another job's measurements: a CPU run, or another
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llm_infra.input_files import InputFileError, read_text
 from llm_infra.ops.drill import DRILL_KIND, DRILL_VERSION
 from llm_infra.payload_log import json_objects
 from llm_infra.planner import PlanError
@@ -174,11 +176,17 @@ def _unresumed_faults(events: list[dict[str, Any]]) -> tuple[str, ...]:
     return (f"no restart after {faults} {steps} in the logs: no recovery measured from {them}",)
 
 
+FROM_RUN_ADVICE = (
+    "pass a run's log (kubectl logs POD > run.log) or the report llm-infra drill --out wrote; UTF-8, or "
+    "UTF-16 with a byte-order mark as PowerShell writes"
+)
+
+
 def _records(path: Path) -> list[dict[str, Any]]:
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise PlanError(f"--from-run: {path}: {err.strerror or err}") from None
+        text = read_text(path, flag="--from-run", advice=FROM_RUN_ADVICE)
+    except InputFileError as err:
+        raise PlanError(str(err)) from None
     try:  # a drill report, possibly indented over several lines
         whole = json.loads(text)
     except ValueError:
@@ -188,12 +196,30 @@ def _records(path: Path) -> list[dict[str, Any]]:
     for record in records:
         if record.get("kind") == DRILL_KIND and record.get("version") != DRILL_VERSION:
             raise PlanError(
-                f"--from-run: {path}: drill report version {record.get('version')!r} is not supported "
+                f"--from-run {path}: drill report version {record.get('version')!r} is not supported "
                 f"(this planner reads version {DRILL_VERSION})"
             )
+        if record.get("kind") == DRILL_KIND:
+            _check_recovery_seconds(path, record)
     if not any("event" in r or r.get("kind") == DRILL_KIND for r in records):
-        raise PlanError(f"--from-run: {path}: no payload JSON lines (train.py) and no llm-infra drill report in it")
+        raise PlanError(
+            f"--from-run {path}: no payload JSON lines (train.py) and no llm-infra drill report in it; "
+            f"{FROM_RUN_ADVICE}"
+        )
     return records
+
+
+def _check_recovery_seconds(path: Path, drill: dict[str, Any]) -> None:
+    """A drill report's recovery_seconds is a finite number of seconds >= 0, or null (no step seen after
+    the resume); anything else (missing, a string, a negative or infinite number) is one error."""
+    value = drill.get("recovery_seconds", "missing")
+    if value is None or (_number(value) and math.isfinite(value) and value >= 0):
+        return
+    shown = "missing" if value == "missing" and "recovery_seconds" not in drill else repr(value)
+    raise PlanError(
+        f"--from-run {path}: a drill report's recovery_seconds is seconds >= 0 or null, not {shown}: "
+        "pass the report as llm-infra drill --out wrote it"
+    )
 
 
 def _time(record: dict[str, Any]) -> float:
