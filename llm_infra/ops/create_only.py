@@ -50,10 +50,6 @@ DATA_STORES: dict[str, str] = {
 _SUB_REFERENCE = re.compile(r"\$\{([A-Za-z0-9]+)(?:\.[A-Za-z0-9.]+)?\}")
 
 
-class SchemaUnavailable(Exception):
-    """cfn-lint, whose schemas name the create-only properties, is not installed."""
-
-
 @dataclass(frozen=True)
 class ResourceSchema:
     """What the registry schema of one resource type says about replacement."""
@@ -65,13 +61,8 @@ class ResourceSchema:
 def resource_schema(resource_type: str, region: str = "us-east-1") -> ResourceSchema | None:
     """The create-only properties and primary identifier of ``resource_type`` from cfn-lint's copy of the
     CloudFormation registry schemas (None: cfn-lint has no schema for the type)."""
-    try:
-        from cfnlint.schema import PROVIDER_SCHEMA_MANAGER, ResourceNotFoundError
-    except ImportError as err:  # pragma: no cover - cfn-lint is installed with the dev extra
-        raise SchemaUnavailable(
-            "cfn-lint is not installed: its CloudFormation schemas name the create-only properties "
-            "(pip install cfn-lint)"
-        ) from err
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER, ResourceNotFoundError  # a dependency of llm-infra
+
     try:
         schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region, resource_type).schema
     except KeyError:  # a region cfn-lint does not know: its us-east-1 schemas

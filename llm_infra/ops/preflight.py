@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 from llm_infra.config import KUBERNETES_VERSIONS, TrainingConfig
 from llm_infra.instance_types import EfaLayout
 from llm_infra.ops import create_only
-from llm_infra.ops.create_only import Replacement, SchemaUnavailable, Synthesized
+from llm_infra.ops.create_only import Replacement, Synthesized
 from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
@@ -937,13 +937,9 @@ def check_create_only(
         return CheckResult(name, WARN, f"not checked: {err}")
     if not deployed:
         return CheckResult(name, PASS, f"nothing deployed yet ({', '.join(stacks)}): every resource is created fresh")
-    notes: list[str] = []
-    try:
-        found = create_only.replacements(
-            deployed, stacks, lambda resource_type: create_only.resource_schema(resource_type, region)
-        )
-    except SchemaUnavailable as err:
-        found, notes = [], [f"other resources not checked: {err}"]
+    found = create_only.replacements(
+        deployed, stacks, lambda resource_type: create_only.resource_schema(resource_type, region)
+    )
     by_key = {r.key: r for r in found}
     results = _hyperpod_subnet_results(cloudformation, ec2, config, deployed, stacks, by_key)
     covered = {key for key, r in results if r.status != PASS}  # the subnet explains the replacement
@@ -952,16 +948,13 @@ def check_create_only(
             results.append((replacement.key, _replacement_result(name, replacement, by_key)))
     failing = [r for _, r in results if r.status != PASS]
     if failing:
-        shown = failing + ([CheckResult(name, WARN, note) for note in notes])
-        return _worst(name, shown)
+        return _worst(name, failing)
     others = sorted(f"{r.stack}/{r.logical_id}" for r in found if not (r.data_store or r.custom_named))
     detail = f"{len(deployed)} deployed stack(s) ({', '.join(deployed)}): no create-only change replaces a "
     detail += f"custom-named resource or a data store ({create_only.SCHEMA_SOURCE})"
     if others:
         detail += f"; replaced, unnamed: {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}"
     detail += "".join(f"; {r.detail}" for _, r in results)
-    if notes:
-        return CheckResult(name, WARN, "; ".join([detail, *notes]), "pip install cfn-lint, then run preflight again")
     return CheckResult(name, PASS, detail)
 
 
