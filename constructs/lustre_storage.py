@@ -100,6 +100,11 @@ class LustreStorage(Construct):
         for port in LUSTRE_PORTS:
             self.security_group.connections.allow_from(clients, port, description)
             self.security_group.connections.allow_to(clients, port, f"{description}: from the file system")
+        # allow_to adds the clients' ingress rule that matters, and an egress rule on this group that the
+        # group's allow-all egress makes redundant: CDK drops it with a warning `cdk synth` would print.
+        cdk.Annotations.of(self.security_group).acknowledge_warning(
+            "@aws-cdk/aws-ec2:ipv4IgnoreEgressRule", "the file system's group allows all outbound traffic already"
+        )
 
     @property
     def file_system_id(self) -> str:

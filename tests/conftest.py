@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
+import aws_cdk.cx_api as cxapi
 import boto3
 import pytest
 from botocore.config import Config
@@ -55,11 +56,13 @@ def hyperpod_config(**changes: Any) -> TrainingConfig:
 
 
 class Synthesized:
-    """The cloud assembly of one app synthesis: templates by stack name, plus the output folder."""
+    """The cloud assembly of one app synthesis: templates by stack name, the output folder, and the
+    warnings and errors the constructs annotated (what `cdk synth` prints, each with a source line)."""
 
-    def __init__(self, outdir: Path, templates: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, outdir: Path, templates: dict[str, dict[str, Any]], warnings: list[str] | None = None) -> None:
         self.outdir = outdir
         self.templates = templates
+        self.warnings = warnings or []
 
     def template(self, suffix: str) -> dict[str, Any]:
         (name,) = [n for n in self.templates if n.endswith(suffix)]
@@ -73,14 +76,26 @@ _cache: dict[TrainingConfig, Synthesized] = {}
 
 
 def synthesize(config: TrainingConfig, outdir: Path) -> Synthesized:
-    """Synthesize the default app for ``config`` with cdk-nag on (unacknowledged findings raise)."""
+    """Synthesize the default app for ``config`` with cdk-nag on (unacknowledged findings raise), with the
+    feature flags of cdk.json's context, as `cdk synth` has them (minimizePolicies merges IAM statements)."""
     if config not in _cache:
-        app = cdk.App(outdir=str(outdir), builtin_cloud_formation_validation=False)  # cfn-lint runs instead
+        flags = {key: value for key, value in _cdk_json_context().items() if key.startswith("@")}
+        app = cdk.App(outdir=str(outdir), builtin_cloud_formation_validation=False, context=flags)  # cfn-lint runs
         add_training_stacks(app, config)
         assembly = app.synth()
         templates = {stack.stack_name: stack.template for stack in assembly.stacks}
-        _cache[config] = Synthesized(outdir, templates)
+        warnings = [
+            f"{message.id}: {message.entry.data}"
+            for stack in assembly.stacks
+            for message in stack.messages
+            if message.level in (cxapi.SynthesisMessageLevel.WARNING, cxapi.SynthesisMessageLevel.ERROR)
+        ]
+        _cache[config] = Synthesized(outdir, templates, warnings)
     return _cache[config]
+
+
+def _cdk_json_context() -> dict[str, Any]:
+    return dict(json.loads((REPO_ROOT / "cdk.json").read_text())["context"])
 
 
 def normalize(template: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,6 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
-from aws_cdk.assertions import Match, Template
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
@@ -215,31 +214,24 @@ def test_execution_role_changes_the_network_only_where_aws_reference_role_does(h
         "ec2:ModifyNetworkInterfaceAttribute",
         "ec2:UnassignPrivateIpAddresses",
     ]
-    Template.from_json(hyperpod_app.template(CLUSTER)).has_resource_properties(
-        "AWS::IAM::Policy",
-        {
-            "Roles": [{"Ref": role_id}],
-            "PolicyDocument": {
-                "Statement": Match.array_with(
-                    [
-                        {
-                            "Sid": "AttachInterfaces",
-                            "Effect": "Allow",
-                            "Action": ["ec2:AttachNetworkInterface", "ec2:DetachNetworkInterface"],
-                            "Resource": [instances, interfaces],
-                        },
-                        {
-                            "Sid": "InterfacesInTheClusterSubnet",
-                            "Effect": "Allow",
-                            "Action": mutations,
-                            "Resource": in_the_cluster_subnet,
-                        },
-                        {"Sid": "TagInterfaces", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": interfaces},
-                    ]
-                )
-            },
-        },
+    # As sets: cdk.json's @aws-cdk/aws-iam:minimizePolicies sorts actions and resources.
+    by_sid = {statement.get("Sid"): statement for statement in statements}
+
+    def granted(sid: str) -> tuple[list[str], list[str]]:
+        statement = by_sid[sid]
+        assert statement["Effect"] == "Allow" and set(statement) == {"Sid", "Effect", "Action", "Resource"}
+        return sorted(actions_of(statement)), sorted(json.dumps(r, sort_keys=True) for r in resources_of(statement))
+
+    def as_json(resources: list[object]) -> list[str]:
+        return sorted(json.dumps(r, sort_keys=True) for r in resources)
+
+    assert granted("AttachInterfaces") == (
+        ["ec2:AttachNetworkInterface", "ec2:DetachNetworkInterface"],
+        as_json([instances, interfaces]),
     )
+    assert granted("InterfacesInTheClusterSubnet") == (mutations, as_json(in_the_cluster_subnet))
+    assert granted("TagInterfaces") == (["ec2:CreateTags"], as_json([interfaces]))
+    assert role_id in json.dumps(policy["Roles"])
     # Every EC2 action is in exactly one statement, so the statements above are all that grant them.
     ec2_actions = [a for s in statements for a in actions_of(s) if a.startswith("ec2:")]
     assert len(ec2_actions) == len(set(ec2_actions))
