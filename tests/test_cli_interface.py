@@ -284,6 +284,11 @@ def test_a_usage_error_is_two_lines_naming_the_commands_help(prog: str, capsys: 
         ),
         (["plan", "--instances", "x"], "llm-infra plan: error: argument --instances: expected a whole number"),
         (["drill", "--cluster", "c", "--out", "d.json", "--fault", "x"], "llm-infra drill: error: argument --fault: "),
+        (
+            ["nodes", "list", "--cluster", "c", "--endpoint-url", "notaurl"],
+            "llm-infra nodes list: error: argument --endpoint-url: expected an http:// or https:// URL with a host, "
+            "got 'notaurl'",
+        ),
     ],
 )
 def test_missing_or_bad_arguments(argv: list[str], first: str, capsys: pytest.CaptureFixture[str]) -> None:
