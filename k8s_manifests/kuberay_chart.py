@@ -9,7 +9,14 @@ from constructs import Construct
 
 from llm_infra.instance_types import kubelet_reserved_millicpu
 from llm_infra.k8s_manifests.objects import api_object
-from llm_infra.k8s_manifests.pod_spec import WORKLOADS_MOUNT, gpu_pod_spec, volume_mounts, volumes
+from llm_infra.k8s_manifests.pod_spec import (
+    WORKLOADS_MOUNT,
+    container_security_context,
+    gpu_pod_spec,
+    pod_security_context,
+    volume_mounts,
+    volumes,
+)
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import NODE_ROLE_LABEL
 
@@ -20,8 +27,36 @@ REDIS_IMAGE = "public.ecr.aws/docker/library/redis:7.4.2"
 REDIS_PORT = 6379
 # The Secret you create before applying (README): the Redis password, never written into a manifest.
 REDIS_PASSWORD_SECRET = {"name": "ray-gcs-redis", "key": "password"}
-# Append-only file in /data; the password from the env var (the kubelet expands $(REDIS_PASSWORD)).
-REDIS_ARGS = ["--appendonly", "yes", "--dir", "/data", "--requirepass", "$(REDIS_PASSWORD)"]
+REDIS_DATA = "/data"
+# The official image's redis user and group (docker-library/redis at e9204996, Dockerfile.template L15-16, from
+# which every version's Dockerfile is generated, e.g. 7.4-rc/debian/Dockerfile L11-12: groupadd -r -g 999 redis;
+# useradd -r -g redis -u 999 redis), whom its entrypoint, started as root, gives /data and runs redis-server as
+# (docker-entrypoint.sh L10-14); started as that user, the entrypoint does neither.
+REDIS_UID = 999
+# Redis's memory: the container's limit, and maxmemory at half of it, so that the fork of an append-only file
+# rewrite (copy-on-write pages, at worst the whole dataset again), client buffers and allocator fragmentation fit
+# beside the data. Ray's GCS tables (nodes, actors, jobs, placement groups) take a few MB.
+REDIS_MEMORY = "1Gi"
+REDIS_MAXMEMORY = "512mb"  # Redis's units: mb = 1024 * 1024 bytes
+# Append-only file in /data; the password from the env var (the kubelet expands $(REDIS_PASSWORD)). At maxmemory,
+# noeviction refuses writes with an error Ray's GCS reports, rather than deleting keys: an evicting policy would
+# drop GCS state (actors, placement groups, the nodes' registrations) silently, and a head restarted from it
+# would restore a cluster that does not match what runs.
+REDIS_ARGS = [
+    "--appendonly",
+    "yes",
+    "--dir",
+    REDIS_DATA,
+    "--maxmemory",
+    REDIS_MAXMEMORY,
+    "--maxmemory-policy",
+    "noeviction",
+    "--requirepass",
+    "$(REDIS_PASSWORD)",
+]
+# PONG from an authenticated PING. While Redis loads its append-only file it answers LOADING, so the startup probe
+# gives it time before the liveness probe may restart it.
+REDIS_PING = ["sh", "-c", 'redis-cli -a "$REDIS_PASSWORD" --no-auth-warning ping | grep -q PONG']
 # KubeRay labels every pod of a RayCluster (and its Redis cleanup Job) with the cluster's name.
 CLUSTER_LABEL = "ray.io/cluster"
 RAY_ENV = {"PYTHONPATH": WORKLOADS_MOUNT, "RAY_USAGE_STATS_ENABLED": "0"}
@@ -152,7 +187,14 @@ class KubeRayChart(cdk8s.Chart):
             # ray-operator/controllers/ray/utils/validation.go).
             "authOptions": {"mode": "token"},
             "enableInTreeAutoscaling": True,
-            "autoscalerOptions": {"version": "v2", "idleTimeoutSeconds": self.idle_timeout_seconds},
+            "autoscalerOptions": {
+                "version": "v2",
+                "idleTimeoutSeconds": self.idle_timeout_seconds,
+                # The autoscaler sidecar KubeRay adds to the head: it calls the Kubernetes API and Ray's GCS and
+                # needs no capability (KubeRay v1.7.0 ray-operator/controllers/ray/common/pod.go L1024-1026 sets
+                # it on the container).
+                "securityContext": container_security_context(),
+            },
             "headGroupSpec": self._head_group(),
             "workerGroupSpecs": [
                 {
@@ -192,13 +234,16 @@ class KubeRayChart(cdk8s.Chart):
     def _head_group(self) -> dict[str, Any]:
         """On a system node, no GPU and no CPU for tasks (the workers' place): GCS, the dashboard, the
         driver and Ray Train's controller. No service account: KubeRay gives it one with the autoscaler's
-        rights only."""
+        rights only, and its token stays mounted for the autoscaler sidecar (tests/checkov_accepted.py).
+        Like the workers, no capability and the runtime's seccomp filter (pod_spec.container_security_context);
+        KubeRay copies the Ray container's security context to the init containers it adds."""
         values = self.values
         return {
             "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
             "template": {
                 "spec": {
                     "nodeSelector": {NODE_ROLE_LABEL: "system"},
+                    "securityContext": pod_security_context(),
                     "volumes": volumes(values),
                     "containers": [
                         {
@@ -208,6 +253,7 @@ class KubeRayChart(cdk8s.Chart):
                             # One CPU: it runs no tasks. Two heads (the cluster's and the job's), their
                             # autoscalers and Redis must fit the system nodes beside the operators.
                             "resources": {"requests": {"cpu": "1", "memory": "8Gi"}, "limits": {"memory": "8Gi"}},
+                            "securityContext": container_security_context(),
                             "volumeMounts": volume_mounts(values),
                         }
                     ],
@@ -217,10 +263,21 @@ class KubeRayChart(cdk8s.Chart):
 
     def _redis(self) -> None:
         """Redis for GCS fault tolerance: one pod on the system nodes, its append-only file on FSx,
-        the password from the Secret, reachable only from the RayCluster's pods."""
+        the password from the Secret, reachable only from the RayCluster's pods.
+
+        Redis runs as the image's redis user (uid 999), with no capability, a read-only root (it writes only
+        its append-only file, in /data) and no Kubernetes API token. The kubelet creates the FSx subPath as
+        root, so an init container hands it to uid 999 first: root with CHOWN alone, on that one directory
+        (what Redis creates in it is its own; the image's entrypoint used to chown it as root at each start).
+        Probes: a startup probe while the append-only file loads, then liveness and readiness, all an
+        authenticated PING."""
         values = self.values
         labels = {"app.kubernetes.io/name": REDIS}
         password = {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": REDIS_PASSWORD_SECRET}}
+        data = {"name": "fsx", "mountPath": REDIS_DATA, "subPath": "ray/redis"}
+        # chown only when needed: an existing directory is Redis's already.
+        hand_over = f'[ "$(stat -c %u {REDIS_DATA})" = {REDIS_UID} ] || chown {REDIS_UID}:{REDIS_UID} {REDIS_DATA}'
+        as_redis = {"runAsUser": REDIS_UID, "runAsGroup": REDIS_UID, "runAsNonRoot": True}
         api_object(
             self,
             "Redis",
@@ -238,6 +295,23 @@ class KubeRayChart(cdk8s.Chart):
                         "metadata": {"labels": labels},
                         "spec": {
                             "nodeSelector": {NODE_ROLE_LABEL: "system"},
+                            "automountServiceAccountToken": False,  # Redis never calls the Kubernetes API
+                            "securityContext": pod_security_context(),
+                            "initContainers": [
+                                {
+                                    "name": "data-owner",
+                                    "image": REDIS_IMAGE,
+                                    "command": ["sh", "-c", hand_over],
+                                    "resources": {
+                                        "requests": {"cpu": "10m", "memory": "16Mi"},
+                                        "limits": {"memory": "32Mi"},
+                                    },
+                                    "securityContext": container_security_context(
+                                        add=("CHOWN",), runAsUser=0, runAsNonRoot=False, readOnlyRootFilesystem=True
+                                    ),
+                                    "volumeMounts": [data],
+                                }
+                            ],
                             "containers": [
                                 {
                                     "name": "redis",
@@ -245,18 +319,31 @@ class KubeRayChart(cdk8s.Chart):
                                     "args": REDIS_ARGS,
                                     "env": [password],
                                     "ports": [{"containerPort": REDIS_PORT, "name": "redis"}],
-                                    "readinessProbe": {
-                                        "exec": {
-                                            "command": [
-                                                "sh",
-                                                "-c",
-                                                'redis-cli -a "$REDIS_PASSWORD" --no-auth-warning ping | grep -q PONG',
-                                            ]
-                                        },
-                                        "periodSeconds": 10,
+                                    "startupProbe": {
+                                        "exec": {"command": REDIS_PING},
+                                        "periodSeconds": 5,
+                                        "timeoutSeconds": 5,
+                                        "failureThreshold": 60,  # 5 minutes to load the append-only file
                                     },
-                                    "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
-                                    "volumeMounts": [{"name": "fsx", "mountPath": "/data", "subPath": "ray/redis"}],
+                                    "livenessProbe": {
+                                        "exec": {"command": REDIS_PING},
+                                        "periodSeconds": 10,
+                                        "timeoutSeconds": 5,
+                                        "failureThreshold": 6,
+                                    },
+                                    "readinessProbe": {
+                                        "exec": {"command": REDIS_PING},
+                                        "periodSeconds": 10,
+                                        "timeoutSeconds": 5,
+                                    },
+                                    "resources": {
+                                        "requests": {"cpu": "500m", "memory": REDIS_MEMORY},
+                                        "limits": {"memory": REDIS_MEMORY},
+                                    },
+                                    "securityContext": container_security_context(
+                                        readOnlyRootFilesystem=True, **as_redis
+                                    ),
+                                    "volumeMounts": [data],
                                 }
                             ],
                             "volumes": [{"name": "fsx", "persistentVolumeClaim": {"claimName": values.pvc_name}}],

@@ -20,6 +20,44 @@ AUTO_RESUME_ANNOTATION = "sagemaker.amazonaws.com/enable-job-auto-resume"
 MAX_RETRY_ANNOTATION = "sagemaker.amazonaws.com/job-max-retry-count"
 
 
+# ---- pod security: every pod that is not privileged by design (issue 28) ------------------------------
+# The pod's seccomp profile is the container runtime's default filter. Under containerd's (contrib/seccomp/
+# seccomp_default.go at 301026e5, L688-698 and L727-736) pidfd_getfd needs CAP_SYS_PTRACE, and get_mempolicy,
+# mbind and set_mempolicy need CAP_SYS_NICE, which no pod of ours has. NCCL needs neither: it passes its cuMem
+# file descriptors over a Unix socket (SCM_RIGHTS; NVIDIA/nccl 5067397c, src/os/linux_ipcsocket.cc L195-215), and
+# when its NUMA host allocations fail it falls back to /dev/shm ("Docker in particular is known to disable
+# get_mempolicy", src/misc/cudawrap.cc L71-95, since NCCL 2.26.3), which every GPU pod mounts. The
+# payload binds no memory to NUMA nodes. A privileged container runs unconfined whatever the pod says, so the
+# privileged pods (the health check, the Xid monitor) carry no profile.
+RUNTIME_DEFAULT_SECCOMP = "RuntimeDefault"
+
+
+def pod_security_context() -> dict[str, Any]:
+    """The pod-level security context of every pod that is not privileged: the runtime's default seccomp
+    filter. The users stay the images' (root in AWS's Deep Learning Containers, tests/checkov_accepted.py)."""
+    return {"seccompProfile": {"type": RUNTIME_DEFAULT_SECCOMP}}
+
+
+def container_security_context(*, add: tuple[str, ...] = (), **fields: Any) -> dict[str, Any]:
+    """No privilege escalation (no_new_privs: a setuid binary gains nothing) and no capability but ``add``.
+
+    What the containers that run as root give up is the runtime's default set (CHOWN, DAC_OVERRIDE, FOWNER,
+    FSETID, KILL, SETUID, SETGID, NET_RAW, ...: the EKS AMI's containerd, awslabs/amazon-eks-ami
+    nodeadm/internal/containerd/base-runtime-spec.json at 81fec2e8 L108-123). None is used: they write only
+    files and directories root owns (the image, /tmp, the emptyDirs, what the jobs create on FSx); torchrun
+    and hyperpodrun signal their workers, which run under the same uid (no CAP_KILL needed); no port below
+    1024 is bound. EFA needs no capability: libfabric opens the /dev/infiniband/uverbs* devices the EFA
+    device plugin passes to the pod and pins memory within the container's RLIMIT_MEMLOCK, which the node
+    sets; IPC_LOCK is not in that default set, so the training pods never had it, and AWS's EFA training
+    manifests add none and are not privileged (aws-samples/awsome-distributed-training 7217859f,
+    3.test_cases/pytorch/FSDP/kubernetes/llama3_1_8b-fsdp.yaml and llama3_1_8b-fsdp-hpto.yaml: no
+    securityContext). ``fields``: more container settings (a user, a read-only root)."""
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if add:
+        capabilities["add"] = list(add)
+    return {"allowPrivilegeEscalation": False, "capabilities": capabilities, **fields}
+
+
 def gpu_resources(values: WorkloadValues) -> dict[str, Any]:
     """All GPUs, all EFA devices and the hugepages of one node, as requests = limits."""
     resources: dict[str, Any] = {"nvidia.com/gpu": values.profile.gpus}
@@ -107,11 +145,23 @@ def gpu_pod_spec(
     extra_env: dict[str, str] | None = None,
     affinity: dict[str, Any] | None = None,
     shutdown_seconds: int | None = None,
+    privileged: bool = False,
 ) -> dict[str, Any]:
     """A pod spec that takes a whole GPU node: every GPU and EFA device, shm, FSx, the payload.
 
     ``shutdown_seconds``: what the pod's launcher gives its workers from SIGTERM to SIGKILL (default
-    the values' budget); the grace period adds the launcher's own teardown."""
+    the values' budget); the grace period adds the launcher's own teardown. The container drops every
+    capability and may not escalate, under the runtime's seccomp filter (:func:`container_security_context`),
+    unless ``privileged`` (the health check, which reads the kernel log and runs DCGM diagnostics).
+
+    No Kubernetes API token is mounted: nothing in these pods calls the API (torchrun, hyperpodrun, the
+    payload, a Ray worker). Their AWS credentials come from EKS Pod Identity, which does not use that token:
+    its webhook injects a projected token of its own (volume ``eks-pod-identity-token``, audience
+    ``pods.eks.amazonaws.com``) into every pod whose service account has an association, whatever
+    ``automountServiceAccountToken`` says (Amazon EKS User Guide, "Understand how EKS Pod Identity works";
+    aws/amazon-eks-pod-identity-webhook 3bf80a34, pkg/handler/handler.go L347-361 and L440-459: keyed by the
+    pod's namespace and service account alone). hyperpodrun calls nothing either: the operator calls its
+    server (PyPI hyperpod-elastic-agent 1.1.3: no Kubernetes client, no outbound request in its sources)."""
     # AWS SDKs in the pod (tiered checkpointing's S3 tier, boto3) need the region; Pod Identity gives
     # credentials only.
     env = [
@@ -129,8 +179,10 @@ def gpu_pod_spec(
     }
     if command is not None:  # None: the image's (or the operator's) entrypoint, e.g. KubeRay's `ray start`
         container["command"] = command
+    container["securityContext"] = {"privileged": True} if privileged else container_security_context()
     spec: dict[str, Any] = {
         "serviceAccountName": values.service_account,
+        "automountServiceAccountToken": False,
         # SIGTERM -> torchrun -> the payload's final checkpoint within the shutdown budget, then
         # torchrun's teardown; only then may the kubelet SIGKILL.
         "terminationGracePeriodSeconds": (shutdown_seconds or values.shutdown_budget_seconds)
@@ -140,6 +192,8 @@ def gpu_pod_spec(
         "volumes": volumes(values),
         "containers": [container],
     }
+    if not privileged:
+        spec["securityContext"] = pod_security_context()
     if restart_policy is not None:
         spec["restartPolicy"] = restart_policy
     return spec

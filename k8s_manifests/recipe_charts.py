@@ -9,7 +9,7 @@ import cdk8s
 from constructs import Construct
 
 from llm_infra.k8s_manifests.objects import api_object
-from llm_infra.k8s_manifests.pod_spec import gpu_node_affinity
+from llm_infra.k8s_manifests.pod_spec import container_security_context, gpu_node_affinity, pod_security_context
 from llm_infra.k8s_manifests.recipes import Recipe
 from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.values import WorkloadValues
@@ -41,6 +41,10 @@ class DataPrepChart(cdk8s.Chart):
     ``data-prep`` service account's Pod Identity role, the only role allowed to read the secret)
     writes it to a memory-backed volume that the tokenizer container mounts read-only and finds
     through ``HF_TOKEN_PATH``. It runs on a GPU node (those mount FSx) without taking GPUs.
+
+    Both containers drop every capability and may not escalate, under the runtime's seccomp filter
+    (pod_spec.container_security_context). No Kubernetes API token: neither calls the API, and Pod Identity
+    gives the init container its credentials through a token of its own (see pod_spec.gpu_pod_spec).
     """
 
     def __init__(
@@ -94,6 +98,8 @@ class DataPrepChart(cdk8s.Chart):
         )
         return {
             "serviceAccountName": values.data_prep_service_account,
+            "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(),
             "restartPolicy": "Never",
             "tolerations": [GPU_TOLERATION],
             "affinity": gpu_node_affinity(),
@@ -108,6 +114,7 @@ class DataPrepChart(cdk8s.Chart):
                         token_env,
                     ],
                     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                    "securityContext": container_security_context(),
                     "volumeMounts": [token_mount],
                 }
             ],
@@ -118,6 +125,7 @@ class DataPrepChart(cdk8s.Chart):
                     "command": ["/bin/sh", "-c", install_and_run, "tokenize_dataset", *args],
                     "env": [token_env, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}],
                     "resources": {"requests": {"cpu": "16", "memory": "64Gi"}, "limits": {"memory": "64Gi"}},
+                    "securityContext": container_security_context(),
                     "volumeMounts": [
                         {**token_mount, "readOnly": True},
                         {"name": "fsx", "mountPath": values.fsx_mount_path},

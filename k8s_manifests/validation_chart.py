@@ -102,8 +102,10 @@ class ValidationChart(cdk8s.Chart):
             command=command,
             restart_policy="Never",
             affinity=one_pod_per_node(labels),
+            # The Xid check reads the kernel log, the node's /dev/kmsg, and DCGM diagnoses the GPUs: privileged
+            # (as the Xid monitor).
+            privileged=True,
         )
-        # The Xid check reads the kernel log: the node's /dev/kmsg, privileged (as the Xid monitor).
         pod_spec["volumes"].append({"name": "kmsg", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}})
         (container,) = pod_spec["containers"]
         # The verdict names the node (health_check.py reads NODE_NAME), not the pod's hostname.
@@ -114,7 +116,6 @@ class ValidationChart(cdk8s.Chart):
         health_state = {"path": HEALTH_STATE_DIR, "type": "DirectoryOrCreate"}
         pod_spec["volumes"].append({"name": "health-state", "hostPath": health_state})
         container["volumeMounts"].append({"name": "health-state", "mountPath": HEALTH_STATE_DIR})
-        container["securityContext"] = {"privileged": True}
         api_object(
             self,
             "Health",

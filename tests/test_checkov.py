@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from checkov_accepted import ACCEPTED, MODES, TRAINING_WORKERS, Accepted
+from checkov_accepted import ACCEPTED, MODES, NOT_PRIVILEGED, RAY_HEAD, TRAINING_WORKERS, Accepted
 from cluster_model import pod_templates
 from test_manifests import render
 
@@ -238,6 +238,27 @@ def test_no_accepted_finding_is_stale(runs: dict[str, Run]) -> None:
     # And an entry whose finding is gone (a privileged training worker) would be reported, in each of its modes.
     entry = Accepted("CKV_K8S_16", (TRAINING_WORKERS,), "A made-up acceptance of a finding that does not occur.")
     assert stale([entry], runs) == [f"CKV_K8S_16 {TRAINING_WORKERS} ({mode})" for mode in MODES]
+
+
+# The pod security checks issue 28 fixed on every pod that is not privileged by design: no escalation (20), NET_RAW
+# and every other capability dropped (28, 37), pod and container security contexts (29, 30), the runtime's seccomp
+# profile (31), no API token where nothing calls the API (38: all but the Ray head, whose autoscaler does).
+POD_SECURITY_CHECKS = ("CKV_K8S_20", "CKV_K8S_28", "CKV_K8S_29", "CKV_K8S_30", "CKV_K8S_31", "CKV_K8S_37", "CKV_K8S_38")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_pods_not_privileged_by_design_pass_the_pod_security_checks(runs: dict[str, Run], mode: str) -> None:
+    failed = sorted(
+        str(f)
+        for f in runs[mode].findings
+        if f.check in POD_SECURITY_CHECKS
+        and any(fnmatch.fnmatchcase(f.resource, pattern) for pattern in NOT_PRIVILEGED)
+        and (f.check, fnmatch.fnmatchcase(f.resource, RAY_HEAD)) != ("CKV_K8S_38", True)
+    )
+    assert not failed, "\n".join(failed)
+    # Each pattern names pods checkov read (a pattern that matched nothing would pass the check above vacuously).
+    linted = {f.resource for f in runs[mode].findings}
+    assert all(any(fnmatch.fnmatchcase(r, pattern) for r in linted) for pattern in NOT_PRIVILEGED)
 
 
 @pytest.mark.parametrize("mode", MODES)

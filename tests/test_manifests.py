@@ -316,6 +316,85 @@ def test_xid_monitor_runs_on_every_gpu_node_even_unhealthy_ones(eks) -> None:
     assert {"name": "kmsg", "mountPath": "/dev/kmsg", "readOnly": True} in container["volumeMounts"]
 
 
+# ---- pod security (issue 28; docs/workloads.md "Pod security") ----------------------------------------
+PRIVILEGED_PODS = {"Job/validation-1-health", "DaemonSet/gpu-xid-monitor"}  # kernel log, DCGM: by design
+# The heads of the RayCluster and of the RayJob's cluster: KubeRay's autoscaler in them calls the API.
+RAY_HEADS = {"RayCluster/ray/head", "RayCluster/ray-train-cluster/head"}
+
+
+def pods(charts: dict[str, list[dict]]) -> dict[str, dict]:
+    """Every pod template of the charts by ``<kind>/<name>[/<replica>]`` (cluster_model.pod_templates)."""
+    return {t.name: dict(t.spec) for docs in charts.values() for d in docs for t in pod_templates(d)}
+
+
+def containers(spec: dict) -> list[dict]:
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+@pytest.mark.parametrize("mode", ["eks", "hyperpod"])
+def test_every_pod_not_privileged_by_design_drops_every_capability(request, mode: str) -> None:
+    templates = pods(request.getfixturevalue(mode))
+    job = "PyTorchJob/train/Worker" if mode == "eks" else "HyperPodPyTorchJob/train/pods"
+    assert {job, "Job/llama2-7b-data-prep", "Deployment/ray-gcs-redis", *RAY_HEADS} <= set(templates)
+    assert set(templates) >= PRIVILEGED_PODS
+    added = {}
+    for name, spec in templates.items():
+        if name in PRIVILEGED_PODS:
+            # Privileged runs unconfined whatever a profile says: none is written.
+            assert [c["securityContext"]["privileged"] for c in spec["containers"]] == [True], name
+            assert "securityContext" not in spec, name
+            continue
+        assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}, name
+        for container in containers(spec):
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False and "privileged" not in context, name
+            assert context["capabilities"]["drop"] == ["ALL"], name
+            if "add" in context["capabilities"]:
+                added[f"{name}/{container['name']}"] = context["capabilities"]["add"]
+    # The one capability added back: CHOWN, for the init container that hands Redis its FSx directory.
+    assert added == {"Deployment/ray-gcs-redis/data-owner": ["CHOWN"]}
+    # KubeRay's autoscaler sidecar in each head gets the same (autoscalerOptions.securityContext).
+    charts = request.getfixturevalue(mode)
+    for cluster in (by_kind(charts, "RayCluster")["spec"], by_kind(charts, "RayJob")["spec"]["rayClusterSpec"]):
+        assert cluster["autoscalerOptions"]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+@pytest.mark.parametrize("mode", ["eks", "hyperpod"])
+def test_only_the_ray_heads_mount_a_kubernetes_api_token(request, mode: str) -> None:
+    # EKS Pod Identity injects its own token volume whatever automountServiceAccountToken says (pod_spec.py).
+    mounting = {
+        name
+        for name, spec in pods(request.getfixturevalue(mode)).items()
+        if spec.get("automountServiceAccountToken") is not False
+    }
+    assert mounting == RAY_HEADS
+
+
+def test_redis_runs_as_its_user_within_a_memory_limit(eks) -> None:
+    spec = pods(eks)["Deployment/ray-gcs-redis"]
+    (init,), (redis,) = spec["initContainers"], spec["containers"]
+    args = redis["args"]
+    # maxmemory below the limit, and no eviction: GCS state is refused, never dropped silently.
+    assert args[args.index("--maxmemory") + 1] == "512mb" and redis["resources"]["limits"]["memory"] == "1Gi"
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    ping = redis["readinessProbe"]["exec"]["command"]
+    assert redis["livenessProbe"]["exec"]["command"] == redis["startupProbe"]["exec"]["command"] == ping
+    assert redis["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+        "runAsGroup": 999,
+        "runAsNonRoot": True,
+        "runAsUser": 999,
+    }
+    # Redis writes only its append-only file, on FSx; the init container hands that directory to uid 999.
+    assert args[args.index("--dir") + 1] == "/data" and args[args.index("--appendonly") + 1] == "yes"
+    assert (
+        init["volumeMounts"] == redis["volumeMounts"] == [{"name": "fsx", "mountPath": "/data", "subPath": "ray/redis"}]
+    )
+    assert "chown 999:999 /data" in init["command"][-1] and init["securityContext"]["runAsUser"] == 0
+
+
 def ray_images(charts: dict[str, list[dict]]) -> set[str]:
     """The images of every Ray pod: the RayCluster's and the RayJob's cluster's head and workers."""
     specs = [by_kind(charts, "RayCluster")["spec"], by_kind(charts, "RayJob")["spec"]["rayClusterSpec"]]
