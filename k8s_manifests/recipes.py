@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from llm_infra.failure_rates import instance_mtbf_hours
 
 
 @dataclass(frozen=True)
@@ -24,9 +26,9 @@ class Recipe:
     lr: float
     warmup_steps: int
     steps: int
-    # Instance MTBF for the Young/Daly checkpoint interval: "a node fails every few hours at 256
-    # nodes" is ~768 h per node. train.py measures the checkpoint stall itself.
-    node_mtbf_hours: float = 768.0
+    # Instance MTBF for the Young/Daly checkpoint interval: Llama 3's 16k-H100 run (the planner's
+    # llama3-16k-h100 preset, 0.0161 % per instance-hour: 6,211 h). train.py measures the checkpoint stall.
+    node_mtbf_hours: float = field(default_factory=lambda: instance_mtbf_hours("llama3-16k-h100"))
 
     def __post_init__(self) -> None:
         if self.seq_len < 2 or self.batch_size_per_gpu < 1 or self.steps < 1 or self.warmup_steps < 0:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from llm_infra.cli import build_parser, main
+from llm_infra.failure_rates import FAILURE_PRESETS
 from llm_infra.planner import (
-    FAILURE_PRESETS,
     PLOT_DATA_KEY,
     RECOVERY_PRESETS,
     STALL_PRESETS,

@@ -14,6 +14,7 @@ from test_manifests import by_kind, pod_spec, render
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.failure_rates import instance_mtbf_hours
 from llm_infra.k8s_manifests.recipe_charts import DATA_PREP_DIR, FETCH_TOKEN_SCRIPT, HF_TOKEN_PATH
 from llm_infra.k8s_manifests.recipes import RECIPES
 from llm_infra.versions import AWS_CLI_IMAGE, TOKENIZERS_VERSION
@@ -114,7 +115,9 @@ def test_training_reads_what_data_prep_writes(charts) -> None:
     command = pod_spec(job)["containers"][0]["command"]
     assert f"--data={output}" in command
     assert "--preset=llama2-7b" in command and "--data-dtype=uint16" in command and "--seq-len=4096" in command
-    assert "--mtbf-hours=384" in command  # Young/Daly: 768 h node MTBF / 2 nodes
+    # Young/Daly at the job's MTBF: Llama 3's published node MTBF (the planner's preset) / 2 nodes.
+    assert f"--mtbf-hours={instance_mtbf_hours('llama3-16k-h100') / 2:g}" in command
+    assert "--mtbf-hours=3105.59" in command
     assert "--max-vocab=32000" in main["command"]
 
 

@@ -46,12 +46,6 @@ from llm_infra.workloads.checkpoint_interval import daly_interval, young_interva
 Model = Literal["daly", "linear"]
 MODELS: tuple[Model, ...] = ("daly", "linear")
 
-# Published failure rates, % per instance-hour.
-FAILURE_PRESETS = {
-    "opt-175b": 0.0588,  # Meta OPT-175B logbook (Zhang et al. 2022)
-    "llama3-16k-h100": 0.0161,  # Llama 3.1 on 16k H100 (Meta 2024: 419 interruptions in 54 days)
-    "mpt-7b": 0.0319,  # MosaicML MPT-7B training report
-}
 # On-Demand $ per instance-hour, us-east-1, Linux, after AWS's June 2025 P4/P5 price reduction.
 # Prices change and differ by region, reservation and savings plan: pass --price for yours.
 PRICE_PRESETS = {"p5.48xlarge": 55.04, "p4d.24xlarge": 21.96}

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, number, png_path, print_table, whole_number
+from llm_infra.failure_rates import FAILURE_PRESETS
 from llm_infra.planner import (
     CHECKPOINTLESS_FALLBACK,
     CHECKPOINTLESS_SUCCESS,
-    FAILURE_PRESETS,
     LLAMA3_UNEXPECTED_INTERRUPTIONS,
     MODELS,
     MODES,
