@@ -59,9 +59,9 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
 	touch $@
 
-# The pinned upstream CRDs the manifests are validated against (llm_infra/ops/crds.py has the sources).
+# The pinned upstream CRDs the manifests are validated against (llm_infra/rehearsal/crds.py has the sources).
 crds: $(STAMP)
-	@$(BIN)/python -m llm_infra.ops.crds check 2>/dev/null || $(BIN)/python -m llm_infra.ops.crds fetch
+	@$(BIN)/python -m llm_infra.rehearsal.crds check 2>/dev/null || $(BIN)/python -m llm_infra.rehearsal.crds fetch
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

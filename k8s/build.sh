@@ -7,7 +7,7 @@
 #   controller (sigs.k8s.io/kwok/cmd/kwok), the Kubeflow training operator v1
 #   (github.com/kubeflow/training-operator/cmd/training-operator.v1) and the KubeRay operator
 #   (github.com/ray-project/kuberay/ray-operator, main package at the module root).
-# The versions and the folder come from llm_infra/ops/control_plane.py (`python -m llm_infra.ops.control_plane
+# The versions and the folder come from llm_infra/rehearsal/control_plane.py (`python -m llm_infra.rehearsal.control_plane
 # --versions`): .cache/k8s/<k8s>-<etcd>-<kwok>-training-operator-<v>-kuberay-<v>/ (or under
 # $LLM_INFRA_K8S_CACHE), each operator's CRDs (from its own module) into crds/<operator>/ there; a
 # binary already there is skipped, so a second run does nothing.
@@ -29,25 +29,25 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 go=${GO:-go}
 
-# One place for the versions and the folder name: llm_infra/ops/control_plane.py.
+# One place for the versions and the folder name: llm_infra/rehearsal/control_plane.py.
 declare -A version
 while read -r name value; do
     version[$name]=$value
-done < <(cd "$root" && "${PYTHON:-python3}" -m llm_infra.ops.control_plane --versions)
-out=${version[build-dir]:?build.sh: no build-dir from python -m llm_infra.ops.control_plane --versions}
+done < <(cd "$root" && "${PYTHON:-python3}" -m llm_infra.rehearsal.control_plane --versions)
+out=${version[build-dir]:?build.sh: no build-dir from python -m llm_infra.rehearsal.control_plane --versions}
 
 # k8s.io/kubernetes and etcd are built from k8s/go.mod: it must pin what the folder name says.
 mod_version() { awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$here/go.mod"; }
 for pair in k8s:k8s.io/kubernetes etcd:go.etcd.io/etcd/server/v3; do
     name=${pair%%:*} module=${pair#*:}
     if [[ $(mod_version "$module") != "${version[$name]}" ]]; then
-        echo "build.sh: $here/go.mod pins $module $(mod_version "$module"), llm_infra/ops/control_plane.py" \
+        echo "build.sh: $here/go.mod pins $module $(mod_version "$module"), llm_infra/rehearsal/control_plane.py" \
             "says ${version[$name]}; regenerate go.mod with k8s/gen_gomod.sh or fix the constant" >&2
         exit 1
     fi
 done
 
-# Prebuilt binaries instead: $LLM_INFRA_K8S_BIN_DIR (what llm_infra/ops/control_plane.py then uses).
+# Prebuilt binaries instead: $LLM_INFRA_K8S_BIN_DIR (what llm_infra/rehearsal/control_plane.py then uses).
 if [[ -n ${LLM_INFRA_K8S_BIN_DIR:-} ]]; then
     for name in etcd kube-apiserver; do
         if [[ ! -x $LLM_INFRA_K8S_BIN_DIR/$name ]]; then
@@ -107,7 +107,7 @@ download_error() {
 built_version() { "$go" version -m "$1" 2>/dev/null | awk '$1 == "mod" {print $3; exit}'; }
 
 # An operator's CRDs from its own module at the version built (already in the module cache), into
-# $tmp/crds: llm_infra/ops/control_plane.py applies them before it starts the operator.
+# $tmp/crds: llm_infra/rehearsal/control_plane.py applies them before it starts the operator.
 copy_crds() {
     local tmp=$1 module=$2 dir file
     shift 2

@@ -22,7 +22,11 @@ _BYTE_ORDER_MARKS = (
 )
 
 
-class InputFileError(ValueError):
+class BadInput(ValueError):
+    """Bad input to a flag (a file or folder it names); the message names the flag. Commands exit 2."""
+
+
+class InputFileError(BadInput):
     """A file given to a flag cannot be used: the message names the flag, the file and what to do."""
 
 

@@ -1,7 +1,7 @@
 """The pods and nodes of the deployed cluster, for the checks a scheduler run cannot answer.
 
 Where pods land and whether they fit is the real control plane's answer (tests/test_scheduling_real.py:
-kube-scheduler, the controllers and the operators on KWOK nodes, through ``llm_infra.ops.rehearse``); the
+kube-scheduler, the controllers and the operators on KWOK nodes, through ``llm_infra.rehearsal.rehearse``); the
 Python scheduler these tests ran on before is gone (issue 22). A scheduler reports the one node each pod
 landed on, not every node a pod MAY land on, and these checks need the latter; each is one pod against
 one node at a time, cheap enough to run for every pair:
@@ -18,7 +18,7 @@ one node at a time, cheap enough to run for every pair:
 ``admission_problem`` is kube-scheduler's NodeAffinity and TaintToleration filters (nodeSelector, required
 node affinity, NoSchedule and NoExecute taints) for one node as ``template_nodes`` derives it (the nodes the
 rehearsal creates). The pods: ``pod_templates`` (an object's, by kind), ``installed_pods`` and
-``deploy_pods`` (what the stacks install and apply, from ``llm_infra.ops.upstream_charts``' models), and
+``deploy_pods`` (what the stacks install and apply, from ``llm_infra.rehearsal.upstream_charts``' models), and
 ``pod_requests`` (what a pod asks for, summed as the scheduler charges it).
 """
 
@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from llm_infra.ops.deploy_workloads import NodeSpec, Templates, applied_objects, releases
-from llm_infra.ops.upstream_charts import HELM_MERGE, PodTemplate
+from llm_infra.rehearsal.deploy_workloads import NodeSpec, Templates, applied_objects, releases
+from llm_infra.rehearsal.upstream_charts import HELM_MERGE, PodTemplate
 
 BUILTIN_GROUPS = {"", "apps", "batch", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io"}
 

@@ -23,7 +23,7 @@ from llm_infra import cli
 from llm_infra.cli.commands import cluster_access
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import payload_files
-from llm_infra.ops import crds
+from llm_infra.rehearsal import crds
 from llm_infra.stacks.training_app import add_training_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -203,9 +203,9 @@ def stub_hyperpod_cluster(eks_arn: str, monkeypatch: pytest.MonkeyPatch) -> Stub
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[Any]:
     """etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK and (when built) the Kubeflow
-    training operator on 127.0.0.1, once per session (``llm_infra.ops.control_plane``); skips when
+    training operator on 127.0.0.1, once per session (``llm_infra.rehearsal.control_plane``); skips when
     ``make k8s`` has not built them. Tests that need the operator ask for ``training_operator``."""
-    from llm_infra.ops import control_plane as cp
+    from llm_infra.rehearsal import control_plane as cp
 
     components = ("kube-controller-manager", "kube-scheduler", "kwok")
     bin_dir = cp.default_bin_dir()
@@ -223,7 +223,7 @@ def control_plane() -> Iterator[Any]:
 @pytest.fixture
 def training_operator(control_plane: Any) -> None:
     """Skip unless the session's control plane runs the real Kubeflow training operator."""
-    from llm_infra.ops import control_plane as cp
+    from llm_infra.rehearsal import control_plane as cp
 
     if cp.missing_binaries(control_plane.bin_dir, ["training-operator"]):
         pytest.skip(f"the training operator is not built in {control_plane.bin_dir}; run `make k8s`")

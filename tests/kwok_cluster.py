@@ -13,7 +13,7 @@ do is run a container; a second KWOK plays the kubelet for the test's nodes:
 :class:`PodRuntime` is the container: for each job pod that runs, it writes the payload's output as a
 CRI log file, names it in a ``Logs`` object, waits until the API server serves it, then sets the exit
 code. The session's own KWOK (``kwok.x-k8s.io/node=fake`` nodes) serves no logs, hence this second one:
-``llm_infra.ops.control_plane`` starts KWOK without ``--config``/``--enable-crds``/``--node-port``.
+``llm_infra.rehearsal.control_plane`` starts KWOK without ``--config``/``--enable-crds``/``--node-port``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import Any, Self
 import yaml
 
 from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
-from llm_infra.ops import control_plane as cp
 from llm_infra.ops.kube import Kube, KubeError
+from llm_infra.rehearsal import control_plane as cp
 
 MANAGED_ANNOTATION = "llm-infra.test/kwok"  # nodes the log-serving KWOK manages: "logs"
 EXIT_ANNOTATION = "llm-infra.test/exit-code"  # set on a Running pod: KWOK ends it with that code
@@ -189,7 +189,7 @@ class KwokCluster:
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        from llm_infra.ops import crds
+        from llm_infra.rehearsal import crds
 
         # KWOK's Logs objects only name a file: a CRD that serves any content is enough here.
         any_content = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}

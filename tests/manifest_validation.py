@@ -16,7 +16,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from llm_infra.ops.crds import CRD_SOURCES, read_crd
+from llm_infra.rehearsal.crds import CRD_SOURCES, read_crd
 
 CRD_FILES = {(source.group, source.kind): name for name, source in CRD_SOURCES.items()}
 SCHEMAS_DIR = Path(__file__).resolve().parent.parent / "llm_infra" / "schemas"

@@ -21,7 +21,7 @@ from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
 from llm_infra.k8s_manifests.render import write_dist
-from llm_infra.ops.deploy_workloads import (
+from llm_infra.rehearsal.deploy_workloads import (
     NodeSpec,
     Templates,
     applied_objects,
@@ -29,7 +29,7 @@ from llm_infra.ops.deploy_workloads import (
     hyperpod_hugepages,
     template_nodes,
 )
-from llm_infra.ops.upstream_charts import PodTemplate, chart_model, hyperpod_chart
+from llm_infra.rehearsal.upstream_charts import PodTemplate, chart_model, hyperpod_chart
 
 # With a Ray image, so that dist holds the Ray manifests too (it changes no template).
 CONFIGS = {"eks": TrainingConfig(ray_image=RAY_TEST_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_TEST_IMAGE)}
@@ -212,7 +212,7 @@ def test_without_operators_nothing_installs_pytorchjob(synth) -> None:
 
 def test_the_model_merges_values_like_helm() -> None:
     # Maps merge, lists are replaced, null deletes: the semantics the device-plugin values rely on.
-    from llm_infra.ops.upstream_charts import NVIDIA_DEFAULTS, helm_coalesce
+    from llm_infra.rehearsal.upstream_charts import NVIDIA_DEFAULTS, helm_coalesce
 
     ours = {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}}
     merged = helm_coalesce(NVIDIA_DEFAULTS, copy.deepcopy(ours))

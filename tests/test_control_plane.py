@@ -18,7 +18,7 @@ import yaml
 from conftest import RAY_TEST_IMAGE
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.render import write_dist
-from llm_infra.ops import control_plane, crds
+from llm_infra.rehearsal import control_plane, crds
 
 BIN_DIR = control_plane.default_bin_dir()
 SHARED_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "crds"

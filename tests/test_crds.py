@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from llm_infra.ops import crds
+from llm_infra.rehearsal import crds
 
 
 def served_from(directory: Path, *, tamper: str | None = None):

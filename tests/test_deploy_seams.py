@@ -17,8 +17,8 @@ from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.constructs.hyperpod_dependencies import HELM_RELEASE, HyperPodDependencies, chart_switches
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
 from llm_infra.k8s_manifests.render import write_dist
-from llm_infra.ops.deploy_workloads import Templates, flatten, hyperpod_lifecycle_settings
-from llm_infra.ops.upstream_charts import VPC_CNI_CONFIGURATION, VPC_CNI_NETWORK_POLICY_SINCE
+from llm_infra.rehearsal.deploy_workloads import Templates, flatten, hyperpod_lifecycle_settings
+from llm_infra.rehearsal.upstream_charts import VPC_CNI_CONFIGURATION, VPC_CNI_NETWORK_POLICY_SINCE
 from llm_infra.service_limits import HYPERPOD_REGIONS
 
 CLUSTER, STORAGE = "-cluster", "-storage"

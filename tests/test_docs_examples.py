@@ -59,7 +59,7 @@ REQUIREMENTS = {
 def available(what: str) -> bool:
     """Whether this machine has what a marked example needs: only the control plane can be here."""
     if what == "k8s-binaries":
-        from llm_infra.ops import control_plane
+        from llm_infra.rehearsal import control_plane
 
         names = (*control_plane.REQUIRED, *control_plane.OPTIONAL)
         return not control_plane.missing_binaries(control_plane.default_bin_dir(), names)

@@ -43,7 +43,7 @@ from llm_infra.k8s_manifests.pod_spec import TORCHRUN_TEARDOWN_SECONDS
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
-from llm_infra.ops.deploy_workloads import NodeSpec
+from llm_infra.rehearsal.deploy_workloads import NodeSpec
 from manifest_validation import load_documents, validate_object
 
 REPO = Path(__file__).resolve().parents[1]

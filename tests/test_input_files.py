@@ -13,7 +13,7 @@ from conftest import REPO_ROOT, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.input_files import InputFileError, read_json, read_text
 from llm_infra.k8s_manifests.render import deployed_values
-from llm_infra.ops.rehearse import read_objects
+from llm_infra.rehearsal.rehearse import read_objects
 
 POD = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, image: i}]}\n"
 

@@ -30,7 +30,7 @@ from llm_infra.k8s_manifests.pod_spec import gpu_node_affinity, nccl_env
 from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
-from llm_infra.ops.deploy_workloads import Templates, template_nodes
+from llm_infra.rehearsal.deploy_workloads import Templates, template_nodes
 from manifest_validation import validate_object
 
 RAY_IMAGE = (

@@ -143,12 +143,16 @@ def test_app_writes_the_charts_as_yaml_when_asked(tmp_path: Path) -> None:
 
 def test_each_folder_of_llm_infra_imports_only_what_its_role_allows() -> None:
     """The foundation (llm_infra/*.py, and the constructs, stacks and charts built on it) imports nothing of
-    the command, the planner or the operations tools; ops/ and planner/ never import the command."""
+    the command, the planner or the tools (ops/, preflight/, rehearsal/); none of those imports the command,
+    and live operations never import the account checks or the rehearsal."""
     import re
 
+    tools = ("llm_infra.ops", "llm_infra.preflight", "llm_infra.rehearsal")
     forbidden = {
-        "foundation": ("llm_infra.cli", "llm_infra.planner", "llm_infra.ops"),
-        "ops": ("llm_infra.cli",),
+        "foundation": ("llm_infra.cli", "llm_infra.planner", *tools),
+        "ops": ("llm_infra.cli", "llm_infra.preflight", "llm_infra.rehearsal"),
+        "preflight": ("llm_infra.cli", "llm_infra.rehearsal"),
+        "rehearsal": ("llm_infra.cli", "llm_infra.preflight"),
         "planner": ("llm_infra.cli",),
     }
     folders = {
@@ -158,7 +162,7 @@ def test_each_folder_of_llm_infra_imports_only_what_its_role_allows() -> None:
             *(REPO_ROOT / "stacks").glob("*.py"),
             *(REPO_ROOT / "k8s_manifests").glob("*.py"),
         ],
-        "ops": list((REPO_ROOT / "llm_infra" / "ops").glob("*.py")),
+        **{role: list((REPO_ROOT / "llm_infra" / role).glob("*.py")) for role in ("ops", "preflight", "rehearsal")},
         "planner": list((REPO_ROOT / "llm_infra" / "planner").glob("*.py")),
     }
     imports = re.compile(r"^\s*(?:from|import)\s+(llm_infra[\w.]*)", re.M)
@@ -169,4 +173,4 @@ def test_each_folder_of_llm_infra_imports_only_what_its_role_allows() -> None:
         for module in imports.findall(path.read_text())
         if module.startswith(forbidden[role])
     ]
-    assert folders["ops"] and folders["planner"] and not found, found
+    assert all(folders.values()) and not found, found

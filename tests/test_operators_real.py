@@ -24,7 +24,7 @@ from llm_infra.config import TrainingConfig
 from llm_infra.instance_types import INSTANCE_PROFILES
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.node_labels import EFA_LABEL, GPU_TAINT_KEY, INSTANCE_TYPE_LABEL, NODE_ROLE_LABEL
-from llm_infra.ops import control_plane, crds
+from llm_infra.rehearsal import control_plane, crds
 
 BIN_DIR = control_plane.default_bin_dir()
 BASE = ("kube-controller-manager", "kube-scheduler", "kwok")

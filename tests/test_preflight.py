@@ -19,9 +19,10 @@ from botocore.stub import Stubber
 
 from conftest import ACCOUNT, REGION, REPO_ROOT, app_config, run_cli
 from llm_infra.cli.commands import preflight as preflight_command
-from llm_infra.ops import create_only, preflight
-from llm_infra.ops.preflight import FAIL, PASS, SKIP, WARN, QuotaBook
-from llm_infra.ops.rehearse import BadInput
+from llm_infra.input_files import BadInput
+from llm_infra.preflight import checks as preflight
+from llm_infra.preflight import create_only
+from llm_infra.preflight.checks import FAIL, PASS, SKIP, WARN, QuotaBook
 from llm_infra.stacks.training_app import add_training_stacks
 from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 

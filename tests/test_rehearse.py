@@ -15,8 +15,8 @@ import pytest
 from conftest import REPO_ROOT, hyperpod_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.render import write_dist
-from llm_infra.ops import control_plane
-from llm_infra.ops.rehearse import REQUIRED_COMPONENTS, node_object, plan
+from llm_infra.rehearsal import control_plane
+from llm_infra.rehearsal.rehearse import REQUIRED_COMPONENTS, node_object, plan
 
 BIN_DIR = control_plane.default_bin_dir()
 MISSING = control_plane.missing_binaries(BIN_DIR, REQUIRED_COMPONENTS)

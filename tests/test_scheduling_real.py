@@ -2,7 +2,7 @@
 place of the Python scheduler model these assertions ran on before (tests/cluster_model.py keeps only the
 per-node checks a scheduler cannot answer, and says why).
 
-One rehearsal per compute mode (``llm_infra.ops.rehearse``: the templated nodes as KWOK nodes, the deploy,
+One rehearsal per compute mode (``llm_infra.rehearsal.rehearse``: the templated nodes as KWOK nodes, the deploy,
 each job of ``dist/`` on its own), with steps added for what the tests below read: a HyperPodPyTorchJob's
 pods as its closed-source operator would make them (``job_pods`` of tests/hyperpod_operator.py), the Ray
 job left at rest, the RayCluster scaled to every GPU node, a validation job while Ray holds them, and
@@ -28,9 +28,9 @@ from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.node_labels import NODE_ROLE_LABEL
-from llm_infra.ops import control_plane
-from llm_infra.ops.deploy_workloads import EFA, GPU, NodeSpec, Templates
-from llm_infra.ops.rehearse import (
+from llm_infra.rehearsal import control_plane
+from llm_infra.rehearsal.deploy_workloads import EFA, GPU, NodeSpec, Templates
+from llm_infra.rehearsal.rehearse import (
     DEPLOY_STEP,
     REQUIRED_COMPONENTS,
     SIMULATION,
@@ -41,7 +41,7 @@ from llm_infra.ops.rehearse import (
     plan,
     rehearse,
 )
-from llm_infra.ops.upstream_charts import (
+from llm_infra.rehearsal.upstream_charts import (
     HELM_MERGE,
     HYPERPOD_COMPUTE_TYPE_LABEL,
     HYPERPOD_TRAINING_OPERATOR_CONTROLLER,

@@ -25,8 +25,8 @@ from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInsta
 from llm_infra.constructs.hyperpod_training_operator import HyperPodTrainingOperator
 from llm_infra.constructs.training_cluster import TrainingCluster
 from llm_infra.node_labels import NODE_ROLE_LABEL
-from llm_infra.ops.deploy_workloads import NodeSpec, Templates, applied_objects, template_nodes
-from llm_infra.ops.upstream_charts import HYPERPOD_COMPUTE_TYPE_LABEL, VALUE_MERGES
+from llm_infra.rehearsal.deploy_workloads import NodeSpec, Templates, applied_objects, template_nodes
+from llm_infra.rehearsal.upstream_charts import HYPERPOD_COMPUTE_TYPE_LABEL, VALUE_MERGES
 from llm_infra.versions import HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 OPERATOR = "amazon-sagemaker-hyperpod-training-operator"

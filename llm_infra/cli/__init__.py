@@ -53,8 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
-        from llm_infra.input_files import InputFileError
-        from llm_infra.ops.rehearse import BadInput
+        from llm_infra.input_files import BadInput
         from llm_infra.planner import PlanError
     finally:
         if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
@@ -64,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = int(args.handler(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not at interpreter exit
         return code
-    except (PlanError, UsageError, BadInput, InputFileError) as err:
+    except (PlanError, UsageError, BadInput) as err:
         print(f"llm-infra: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

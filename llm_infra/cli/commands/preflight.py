@@ -36,7 +36,7 @@ def register(commands: Any) -> None:
 
 
 def run_preflight(args: argparse.Namespace) -> int:
-    from llm_infra.ops.preflight import failed, run_checks
+    from llm_infra.preflight.checks import failed, run_checks
 
     config = load_config(args)
     args.region = resolve_region(args, config).name

@@ -16,7 +16,8 @@ from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, number, print_t
 
 EXIT_FAILED = 1
 MODELLED = (
-    "EKS add-ons and Helm releases: their pods as modelled from the pinned charts (llm_infra/ops/upstream_charts.py)"
+    "EKS add-ons and Helm releases: their pods as modelled from the pinned charts "
+    "(llm_infra/rehearsal/upstream_charts.py)"
 )
 
 
@@ -67,8 +68,8 @@ def register(commands: Any) -> None:
 
 
 def run_rehearse(args: argparse.Namespace) -> int:
-    from llm_infra.ops import control_plane
-    from llm_infra.ops.rehearse import REQUIRED_COMPONENTS, plan, rehearse
+    from llm_infra.rehearsal import control_plane
+    from llm_infra.rehearsal.rehearse import REQUIRED_COMPONENTS, plan, rehearse
 
     config = load_config(args)
     app_dir = Path(args.app_dir)

@@ -229,7 +229,7 @@ def chart_model(chart: str, version: str) -> ChartModel:
     except KeyError:
         raise NoModel(
             f"no model of Helm chart {chart} {version}: read its values.yaml and templates at that "
-            "version and add one to llm_infra/ops/upstream_charts.py"
+            "version and add one to llm_infra/rehearsal/upstream_charts.py"
         ) from None
 
 
@@ -473,6 +473,6 @@ def addon_pods(
     if render is None or not version.startswith(read_at):
         raise NoModel(
             f"no model of EKS add-on {name} {version}: read its upstream chart or manifest at that "
-            "version and add one to llm_infra/ops/upstream_charts.py"
+            "version and add one to llm_infra/rehearsal/upstream_charts.py"
         )
     return render(json.loads(configuration_values) if configuration_values else {}, merge)

@@ -3,10 +3,10 @@ before paying for GPUs.
 
 It reads what ``make synth`` wrote (the templates in ``cdk.out/``, the manifests in
 ``k8s_manifests/dist/``), starts etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK and
-the operators that are built (:mod:`llm_infra.ops.control_plane`), creates one KWOK node per node the
-templates would create (:func:`llm_infra.ops.deploy_workloads.template_nodes`), applies the CRDs, then:
+the operators that are built (:mod:`llm_infra.rehearsal.control_plane`), creates one KWOK node per node the
+templates would create (:func:`llm_infra.rehearsal.deploy_workloads.template_nodes`), applies the CRDs, then:
 
-1. deploy: the EKS add-ons' and Helm releases' workloads as :mod:`llm_infra.ops.upstream_charts` models
+1. deploy: the EKS add-ons' and Helm releases' workloads as :mod:`llm_infra.rehearsal.upstream_charts` models
    them (their pods' placement and requests, not the real charts), the templates' ``KubernetesManifest``
    objects and the objects of ``dist/`` that are not jobs. GPUs and EFA devices are then advertised on
    the nodes where the device plugins' pods run, as the plugins would.
@@ -32,9 +32,9 @@ from typing import Any
 import yaml
 
 from llm_infra.config import TrainingConfig
-from llm_infra.input_files import read_text
-from llm_infra.ops import crds
-from llm_infra.ops.control_plane import (
+from llm_infra.input_files import BadInput, read_text
+from llm_infra.rehearsal import crds
+from llm_infra.rehearsal.control_plane import (
     OPTIONAL,
     REQUIRED,
     ControlPlane,
@@ -42,7 +42,7 @@ from llm_infra.ops.control_plane import (
     condition_tainted,
     operator_version_note,
 )
-from llm_infra.ops.deploy_workloads import (
+from llm_infra.rehearsal.deploy_workloads import (
     EFA,
     GPU,
     HUGEPAGES,
@@ -54,7 +54,7 @@ from llm_infra.ops.deploy_workloads import (
     releases,
     template_nodes,
 )
-from llm_infra.ops.upstream_charts import PodTemplate
+from llm_infra.rehearsal.upstream_charts import PodTemplate
 
 FIELD_MANAGER = "llm-infra-rehearse"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -94,10 +94,6 @@ KUBECTL_PREFIX = re.compile(r'^(error: )?(Error from server( \([A-Za-z]+\))?: )?
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: the CRDs are megabytes
 SIMULATION = ("kube-controller-manager", "kube-scheduler", "kwok")  # what a rehearsal needs beyond the server
 REQUIRED_COMPONENTS = (*REQUIRED, *SIMULATION)
-
-
-class BadInput(ValueError):
-    """Bad input to a rehearsal (a flag's file or folder); the message names the flag. Raised before anything starts."""
 
 
 # ---- what to apply --------------------------------------------------------------------------

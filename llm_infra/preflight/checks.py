@@ -24,8 +24,8 @@ from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnec
 
 from llm_infra.config import KUBERNETES_VERSIONS, TrainingConfig
 from llm_infra.instance_types import EfaLayout
-from llm_infra.ops import create_only
-from llm_infra.ops.create_only import Replacement, Synthesized
+from llm_infra.preflight import create_only
+from llm_infra.preflight.create_only import Replacement, Synthesized
 from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
@@ -141,7 +141,7 @@ def run_checks(
     """Every check the config calls for, in report order. ``client(service)`` gives a boto3 client (the
     same one each time: the command caches them). ``cdk_out``: the synthesized app (``cdk.out``), which the
     checks of what the deploy would change read; a folder without templates is bad input
-    (:class:`~llm_infra.ops.rehearse.BadInput`, naming ``--cdk-out``), raised before any check runs."""
+    (:class:`~llm_infra.input_files.BadInput`, naming ``--cdk-out``), raised before any check runs."""
     synthesized = create_only.read_synthesized(cdk_out) if cdk_out is not None else None
     book = QuotaBook(client("service-quotas"))
     checks: list[tuple[str, Callable[[], CheckResult]]] = [
@@ -916,7 +916,7 @@ def check_create_only(
 ) -> CheckResult:
     """Compare the deployed stacks (CloudFormation GetTemplate) with the synthesized ones: a create-only property
     (cfn-lint's registry schemas) that changes replaces its resource, which fails outright for a resource
-    that keeps its custom name and loses what a data store holds (:mod:`llm_infra.ops.create_only`). For a
+    that keeps its custom name and loses what a data store holds (:mod:`llm_infra.preflight.create_only`). For a
     deployed HyperPod cluster also the subnet it runs in (ListExports / ListStackResources, EC2
     DescribeSubnets): a gpu_az_id other than that subnet's AZ means a new subnet, hence a new VpcConfig."""
     name = "create-only properties"

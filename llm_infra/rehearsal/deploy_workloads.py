@@ -1,6 +1,6 @@
 """What a deploy creates in the cluster, read from the synthesized templates (``cdk.out``): its nodes
 (labels and taints that EKS and HyperPod add, capacity and allocatable from the instance table), the
-pods of every EKS add-on, pinned Helm chart and AWS's HyperPod chart (as :mod:`llm_infra.ops.upstream_charts`
+pods of every EKS add-on, pinned Helm chart and AWS's HyperPod chart (as :mod:`llm_infra.rehearsal.upstream_charts`
 models them), and the manifests the stacks apply. ``llm-infra rehearse`` and the contract tests use it.
 
 Sources of what the real components add:
@@ -31,7 +31,7 @@ from typing import Any
 
 from llm_infra.instance_types import INSTANCE_PROFILES, kubelet_reserved_millicpu
 from llm_infra.node_labels import HEALTH_STATUS_KEY, HEALTH_STATUS_SCHEDULABLE, INSTANCE_TYPE_LABEL
-from llm_infra.ops.upstream_charts import (
+from llm_infra.rehearsal.upstream_charts import (
     ADDON_NAMESPACES,
     HELM_MERGE,
     HYPERPOD_CHART_NAMESPACES,

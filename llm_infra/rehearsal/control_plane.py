@@ -11,7 +11,7 @@ process it started by its PID::
     with ControlPlane(default_bin_dir()) as cp:
         cp.kubectl("apply", "--dry-run=server", "-f", "ns.yaml")
 
-``python -m llm_infra.ops.control_plane`` starts one, prints the start-up time and the kubeconfig
+``python -m llm_infra.rehearsal.control_plane`` starts one, prints the start-up time and the kubeconfig
 path, and stops it again (``--hold`` keeps it up until Ctrl-C).
 
 Only the standard library is imported; the certificates come from the ``openssl`` command.
@@ -100,7 +100,7 @@ def default_bin_dir() -> Path:
 
 
 def build_versions() -> dict[str, str]:
-    """What k8s/build.sh builds (``python -m llm_infra.ops.control_plane --versions`` prints it)."""
+    """What k8s/build.sh builds (``python -m llm_infra.rehearsal.control_plane --versions`` prints it)."""
     return {
         "k8s": K8S_VERSION,
         "etcd": ETCD_VERSION,
@@ -581,7 +581,9 @@ class ControlPlane:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_infra.ops.control_plane", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m llm_infra.rehearsal.control_plane", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--bin-dir", type=Path, default=default_bin_dir())
     parser.add_argument("--hold", action="store_true", help="keep it up until Ctrl-C")
     parser.add_argument("--only-required", action="store_true", help="only etcd + kube-apiserver")

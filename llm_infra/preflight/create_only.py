@@ -1,6 +1,6 @@
 """Which changes of a deployed app CloudFormation can make only by replacing a resource, and what that
 replacement would cost: read from the synthesized templates (``cdk.out``) and the deployed ones
-(CloudFormation ``GetTemplate``). ``llm-infra preflight`` reports them (:mod:`llm_infra.ops.preflight`).
+(CloudFormation ``GetTemplate``). ``llm-infra preflight`` reports them (:mod:`llm_infra.preflight.checks`).
 
 Sources of the contract encoded here (AWS's behaviour cannot be run offline):
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llm_infra.ops.rehearse import BadInput
+from llm_infra.input_files import BadInput
 
 SCHEMA_SOURCE = "cfn-lint's CloudFormation registry schemas (createOnlyProperties)"
 # Resources whose replacement loses what they hold, custom-named or not: the HyperPod cluster (every node

@@ -2,7 +2,7 @@
 
 Each file is the upstream file, unmodified: its served ``openAPIV3Schema`` is what the Kubernetes API
 server enforces for that kind. They are read from ``$LLM_INFRA_CRDS_DIR`` when set, else from
-``.cache/crds/`` in the checkout, which ``make crds`` (``python -m llm_infra.ops.crds fetch``) fills over
+``.cache/crds/`` in the checkout, which ``make crds`` (``python -m llm_infra.rehearsal.crds fetch``) fills over
 HTTPS, checking every sha256. Loading checks the sha256 again, so a test never validates against a
 schema other than the pinned one.
 
@@ -202,7 +202,7 @@ def _sha256(data: bytes) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_infra.ops.crds", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m llm_infra.rehearsal.crds", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     fetch_parser = sub.add_parser("fetch", help="download the pinned CRDs that are missing")
     fetch_parser.add_argument("directory", type=Path, nargs="?", default=None)
