@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from llm_infra.cli import main
-from llm_infra.planner.measured_run import read_runs
+from llm_infra.planner import PlanError
+from llm_infra.planner.measured_run import RUN, read_runs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = ["--instances", "256", "--failure-rate", "0.05", "--gpu-hours", "1e7", "--price", "40"]
@@ -224,6 +225,19 @@ def test_an_unreadable_run_exits_2_naming_the_flag(
     assert code == 2
     assert err.startswith(f"llm-infra: error: --from-run {path}: ") and len(err.strip().splitlines()) == 1
     assert message in err
+
+
+def test_the_planner_names_the_file_and_the_command_its_flag(capsys, tmp_path: Path) -> None:
+    missing = tmp_path / "run.log"
+    with pytest.raises(PlanError) as refused:
+        read_runs([str(missing)])
+    assert refused.value.field == RUN and refused.value.value == missing
+    assert str(refused.value) == (
+        f"{RUN} {missing}: no such file; pass a run's log (kubectl logs POD > run.log) or the report llm-infra drill "
+        "wrote; UTF-8, or UTF-16 with a byte-order mark as PowerShell writes"
+    )
+    code, _, err = run_cli(capsys, "plan", *JOB, "--from-run", str(missing))
+    assert code == 2 and err == f"llm-infra: error: --from-run {str(refused.value).removeprefix(RUN + ' ')}\n"
 
 
 def test_a_run_log_powershell_wrote_is_read(capsys, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from llm_infra.cli import build_parser, main
+from llm_infra.cli.commands.plan import FLAGS
 from llm_infra.failure_rates import FAILURE_PRESETS
 from llm_infra.planner import (
     PLOT_DATA_KEY,
@@ -24,7 +25,7 @@ from llm_infra.planner import (
     JobSpec,
     PlanError,
     daly_wall_hours,
-    plan,
+    forecast,
     simulate,
     simulate_wall_hours,
 )
@@ -126,7 +127,7 @@ def test_cost_per_failure_is_instances_x_price_x_downtime(capsys) -> None:
 @pytest.mark.parametrize(("mtbf_minutes", "expected"), [(24 * 60, 117), (6 * 60, 57), (15, 9.1)])
 def test_daly_vectors_through_the_planner(mtbf_minutes: float, expected: float) -> None:
     # One instance whose MTBF is M, a 5-minute checkpoint: Daly's 2006 table.
-    result = plan(job(instances=1, instance_mtbf_hours=mtbf_minutes / 60, checkpoint_stall_hours=5 / 60))
+    result = forecast(job(instances=1, instance_mtbf_hours=mtbf_minutes / 60, checkpoint_stall_hours=5 / 60))
     assert result.daly_interval_minutes == pytest.approx(expected, abs=0.6)
     assert result.young_interval_minutes == pytest.approx((2 * 5 * mtbf_minutes) ** 0.5)
 
@@ -209,7 +210,7 @@ def test_every_preset_names_its_aws_source() -> None:
 )
 def test_monte_carlo_agrees_with_daly(changes: dict) -> None:
     spec = job(**changes)
-    analytic = plan(spec).daly
+    analytic = forecast(spec).daly
     simulated = simulate(spec, trials=400, seed=7)
     for mode in ("auto", "manual"):
         expected = getattr(analytic, f"wall_days_{mode}")
@@ -239,7 +240,7 @@ def test_the_linear_model_holds_when_downtime_dominates_daly_when_checkpointing_
         gpu_hours=instances * 8 * 600.0,
     )
     assert spec.ideal_hours is not None
-    result = plan(spec)
+    result = forecast(spec)
     interval, mtbf = result.daly_interval_minutes / 60, spec.job_mtbf_hours
     walls = simulate_wall_hours(
         spec.ideal_hours, interval, spec.checkpoint_stall_hours, recovery_hours, mtbf, trials=100, seed=3
@@ -266,7 +267,7 @@ def test_simulation_is_seeded_and_prints_both_models(capsys) -> None:
 
 def test_checkpointing_more_or_less_often_than_daly_costs_more() -> None:
     spec = job()
-    best = plan(spec).daly_interval_minutes / 60
+    best = forecast(spec).daly_interval_minutes / 60
 
     def at(interval: float) -> float:
         assert spec.ideal_hours is not None
@@ -558,8 +559,9 @@ def test_simulate_needs_a_job_size(capsys) -> None:
         main(["simulate", "--instances", "8", "--mtbf-hours", "100"])
     assert exited.value.code == 2
     assert "one of the arguments --gpu-hours --tokens is required" in capsys.readouterr().err
-    with pytest.raises(PlanError, match="--gpu-hours or --tokens: simulate needs a job size"):
+    with pytest.raises(PlanError, match="^gpu_hours: simulate needs a job size$") as refused:
         simulate(job(gpu_hours=None))
+    assert refused.value.field == "gpu_hours"
 
 
 def test_argparse_errors_exit_2_too() -> None:
@@ -572,6 +574,10 @@ def test_argparse_errors_exit_2_too() -> None:
     assert "llm-infra plan: error: argument --model: invalid choice: 'aws'" in result.stderr
 
 
-def test_plan_error_is_a_value_error_naming_the_flag() -> None:
-    with pytest.raises(PlanError, match="--checkpoint-stall"):
-        plan(job(checkpoint_stall_hours=0))
+def test_plan_error_is_a_value_error_naming_the_input_the_command_names_by_its_flag() -> None:
+    with pytest.raises(ValueError) as refused:
+        forecast(job(checkpoint_stall_hours=0))
+    error = refused.value
+    assert isinstance(error, PlanError) and error.field == "checkpoint_stall_hours"
+    assert str(error) == "checkpoint_stall_hours: 0 s must be > 0 and finite"
+    assert error.text(FLAGS) == "--checkpoint-stall: 0 s must be > 0 and finite"

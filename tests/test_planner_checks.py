@@ -16,23 +16,27 @@ from typing import Any
 import pytest
 
 from llm_infra import cli
+from llm_infra.cli.commands.plan import FLAGS
 from llm_infra.planner import (
     CHECKPOINTLESS_FALLBACK,
     CHECKPOINTLESS_SUCCESS,
     GOODPUT_FLOOR,
+    INPUTS,
     LLAMA3_UNEXPECTED_INTERRUPTIONS,
     RECOVERY_PRESETS,
+    InputName,
     JobSpec,
     PlanError,
     Recovery,
     daly_interval,
     daly_outcome,
     daly_wall_hours,
+    forecast,
+    gpu_hours_for,
     mixed_wall_hours,
-    plan,
     simulate,
 )
-from llm_infra.planner.measured_run import PRESET_PARAMETERS
+from llm_infra.planner.measured_run import PRESET_PARAMETERS, RUN
 
 AWS_EXAMPLE = ["--instances", "256", "--failure-rate", "0.05", "--gpu-hours", "1e7", "--price", "40"]
 # 1000 instances of a 10-hour MTBF: the job fails every 36 s.
@@ -202,7 +206,7 @@ def test_automatic_recovery_beyond_the_failure_horizon_is_refused(capsys: pytest
     )
     assert "(--recovery-auto hyperpod-auto, 40 min)" in given and "default" not in given.split("floor")[0]
     with pytest.raises(PlanError, match="this job cannot finish"):
-        plan(job(instances=1000, instance_mtbf_hours=10.0, checkpoint_stall_hours=10 / 3600))
+        forecast(job(instances=1000, instance_mtbf_hours=10.0, checkpoint_stall_hours=10 / 3600))
 
 
 def test_manual_recovery_beyond_the_horizon_has_no_figures_but_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
@@ -515,7 +519,7 @@ def test_no_checkpoint_interval_beats_the_reported_optimum(label: str, changes: 
     if changes.get("checkpointless_success", 0.0) is None:
         changes = {key: value for key, value in changes.items() if key != "checkpointless_success"}
     spec = job(**{**base, **changes})
-    result = plan(spec)
+    result = forecast(spec)
     for mode in ("auto", "manual"):
         best = getattr(result.daly, f"goodput_{mode}")
         if best is None:  # beyond the failure horizon at its optimum: then at every interval
@@ -599,3 +603,55 @@ def test_every_flag_says_its_default_and_unit_in_plain_text(name: str) -> None:
 
 def test_output_json_and_its_alias(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan_json(capsys, *AWS_EXAMPLE) == json.loads(run_cli(capsys, "plan", *AWS_EXAMPLE, "--json")[1])
+
+
+# ---- 9 (issue 29). the planner knows nothing of the command: it names its own inputs, the command their flags ----
+PLANNER = Path(cli.__file__).resolve().parent.parent / "planner"
+
+
+def test_no_module_of_the_planner_names_a_flag() -> None:
+    modules = sorted(PLANNER.rglob("*.py"))
+    assert {path.name for path in modules} >= {"__init__.py", "measured_run.py"}
+    for path in modules:
+        flags = re.findall(r"--[a-z][a-z-]*", path.read_text())
+        assert not flags, f"{path.name} names {flags}: the planner names its inputs (INPUTS), the command the flags"
+
+
+def test_the_command_has_a_flag_for_every_input_the_planner_names() -> None:
+    assert RUN in INPUTS and set(FLAGS) == INPUTS
+    with pytest.raises(ValueError, match="'price' is not an input of the planner"):
+        InputName("price")
+
+
+def test_a_planner_error_in_the_planners_words_and_in_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    # 6 x 1e300 x 1e300 FLOPs: a job size too large for a float.
+    with pytest.raises(PlanError) as refused:
+        job(gpu_hours=gpu_hours_for(1e300, 1e300, 0.4, 989.0)).validate()
+    assert refused.value.field == "gpu_hours" and refused.value.value is None
+    assert str(refused.value) == "gpu_hours: the job size must be > 0 and finite"
+    line = refusal(capsys, "plan", "--instances", "8", "--mtbf-hours", "100", "--tokens", "1e300", "--params", "1e300")
+    assert line == "llm-infra: error: --gpu-hours (or --tokens): the job size must be > 0 and finite"
+    # A message that names several inputs names each one; one about a value shows it beside the input.
+    with pytest.raises(PlanError) as refused:
+        simulate(job(gpu_hours=1e12), trials=2000)
+    assert refused.value.field == "trials" and refused.value.value == 2000
+    assert str(refused.value).startswith("trials 2000: the simulation would draw about ")
+    assert str(refused.value).endswith(" (more than 5e+07); lower trials or gpu_hours")
+    line = refusal(capsys, "simulate", *AWS_EXAMPLE[:4], "--gpu-hours", "1e12")
+    assert line == "llm-infra: error: " + refused.value.text(FLAGS)
+    assert line.endswith("; lower --trials or --gpu-hours (or --tokens)")
+    # About the job as a whole: each input as the caller said how it was set (JobSpec.sources), else by name.
+    with pytest.raises(PlanError) as refused:
+        forecast(job(checkpoint_interval_hours=100.0))
+    assert refused.value.field is None
+    assert str(refused.value).startswith(
+        "this job cannot finish (Daly's model at checkpoint_interval_hours): a checkpoint every 6000 min of training "
+        "(checkpoint_interval_hours 100) is 12.8 times the job MTBF of 7.81 h (instance_mtbf_hours 2000 over "
+        "instances 256): "
+    )
+    line = refusal(capsys, "plan", *AWS_EXAMPLE, "--checkpoint-interval", "6000")
+    assert line.startswith(
+        "llm-infra: error: this job cannot finish (Daly's model at --checkpoint-interval): a checkpoint every 6000 "
+        "min of training (--checkpoint-interval 6000) is 12.8 times the job MTBF of 7.81 h (--failure-rate 0.05 over "
+        "--instances 256): "
+    )

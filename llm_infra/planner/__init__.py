@@ -25,10 +25,16 @@
 Both are linear in ``T_s``, so goodput and the saving fraction need no job size. A recovery whose
 goodput is below ``GOODPUT_FLOOR`` (1 %: the expected wall time over 100 times the failure-free time)
 is *beyond the failure horizon*: its expected time to finish diverges (``e^(R/M)`` or
-``e^((1-p)(tau+delta)/M)`` tries per success), and it gets no figures but the reason. ``plan`` refuses a
-job whose automatic recovery is beyond it; manual recovery beyond it is the comparison's answer.
-``simulate`` runs Daly's process as a seeded Monte-Carlo to cross-check the models. Standard library
-only (the plot needs matplotlib).
+``e^((1-p)(tau+delta)/M)`` tries per success), and it gets no figures but the reason. ``forecast``
+refuses a job whose automatic recovery is beyond it; manual recovery beyond it is the comparison's
+answer. ``simulate`` runs Daly's process as a seeded Monte-Carlo to cross-check the models. Standard
+library only (the plot needs matplotlib).
+
+The planner names its inputs by its own names (``INPUTS``): the fields of :class:`JobSpec`, and
+``tokens``, ``params``, ``mfu``, ``peak_tflops`` (:func:`gpu_hours_for`), ``trials`` (:func:`simulate`),
+``plot`` (:func:`plot`'s file) and ``run`` (a run's file: :mod:`llm_infra.planner.measured_run`). A
+:class:`PlanError` names them so that its caller can say them in its own words (a command, by its
+options); how each value was set is the caller's to say too (``JobSpec.sources``).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import math
 import random
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from llm_infra.workloads.checkpoint_interval import daly_interval, young_interval
@@ -47,7 +53,7 @@ Model = Literal["daly", "linear"]
 MODELS: tuple[Model, ...] = ("daly", "linear")
 
 # On-Demand $ per instance-hour, us-east-1, Linux, after AWS's June 2025 P4/P5 price reduction.
-# Prices change and differ by region, reservation and savings plan: pass --price for yours.
+# Prices change and differ by region, reservation and savings plan: plan with yours.
 PRICE_PRESETS = {"p5.48xlarge": 55.04, "p4d.24xlarge": 21.96}
 
 
@@ -126,8 +132,43 @@ CHECKPOINTLESS_SUCCESS = Preset(
 CHECKPOINTLESS_FALLBACK = "hyperpod-auto"
 
 
+@dataclass(frozen=True)
+class InputName:
+    """An input a :class:`PlanError` names in its message, by the planner's name for it (one of ``INPUTS``);
+    the caller may say it in its own words (:meth:`PlanError.text`)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in INPUTS:
+            raise ValueError(f"{self.name!r} is not an input of the planner: {sorted(INPUTS)}")
+
+
 class PlanError(ValueError):
-    """Input that makes no plan; the message names the flag."""
+    """Input that makes no plan, in the planner's words.
+
+    ``field``: the input it is about (an :class:`InputName`'s name), or None when it is about the job as a
+    whole (one that cannot finish); ``value``: that input's value where the message shows it beside the
+    name (a file's path). ``message``: text and the inputs it names, as :class:`InputName` parts, and
+    where it says how an input was set, the caller's words for it (``JobSpec.sources``). ``str()`` says
+    each input by the planner's name, :meth:`text` by the caller's."""
+
+    def __init__(self, *message: str | InputName, field: str | None = None, value: object = None) -> None:
+        self.message = message
+        self.field = field
+        self.value = value
+        super().__init__(self.text())
+
+    @classmethod
+    def about(cls, field: str, *reason: str | InputName, value: object = None) -> PlanError:
+        """What is wrong with one input: ``field: reason``, or ``field value: reason`` with ``value``."""
+        shown = "" if value is None else f" {value}"
+        return cls(InputName(field), f"{shown}: ", *reason, field=field, value=value)
+
+    def text(self, names: Mapping[str, str] | None = None) -> str:
+        """The message, each input said as ``names`` says it (a command: its options), else by its name."""
+        said = names or {}
+        return "".join(part if isinstance(part, str) else said.get(part.name, part.name) for part in self.message)
 
 
 Mode = Literal["auto", "manual"]
@@ -138,19 +179,6 @@ MODE_WORDS: dict[Mode, str] = {"auto": "automatic", "manual": "manual"}
 # the failure horizon: the exponential model's expected time is then dominated by rare streaks without
 # a failure, and its figures (easily 30-digit dollars) plan nothing.
 GOODPUT_FLOOR = 0.01
-
-# What a message names for a JobSpec field when the caller says nothing of where its value came from.
-FLAGS = {
-    "instances": "--instances",
-    "instance_mtbf_hours": "--failure-rate, --mtbf-hours or --failure-preset",
-    "checkpoint_stall_hours": "--checkpoint-stall",
-    "recovery_auto_hours": "--recovery-auto",
-    "recovery_manual_hours": "--recovery-manual",
-    "checkpoint_interval_hours": "--checkpoint-interval",
-    "lost_work_hours": "--lost-work-minutes",
-    "checkpointless_success": "--checkpointless-success",
-    "checkpointless_fallback_hours": "--checkpointless-fallback",
-}
 
 
 def duration_text(hours: float) -> str:
@@ -192,8 +220,9 @@ class JobSpec:
     planned beside the optimum; None plans the optimum only. ``checkpointless``: the recoveries that
     resume from the last step (HyperPod checkpointless training): ``checkpointless_success`` of the
     failures, the rest restarting from the last checkpoint after ``checkpointless_fallback_hours``.
-    ``sources``: for a field name, how its value was set, in words that name the flag (``--instances
-    1000``, ``the default, ...``); error messages quote it, and fall back to the flag's name.
+    ``sources``: for a field name, how its value was set, in the caller's words (a command's: the option
+    as given, or the default it used); the messages quote it, and without one the field and its value
+    (``instances 1000``).
     """
 
     instances: int
@@ -212,45 +241,53 @@ class JobSpec:
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def validate(self) -> None:
+        """:class:`PlanError` for the first input that makes no plan, naming it."""
         if self.instances < 1:
-            raise PlanError(f"--instances: {self.instances} must be >= 1")
+            raise PlanError.about("instances", f"{self.instances} must be >= 1")
         if self.gpus_per_instance < 1:
-            raise PlanError(f"--gpus-per-instance: {self.gpus_per_instance} must be >= 1")
+            raise PlanError.about("gpus_per_instance", f"{self.gpus_per_instance} must be >= 1")
         if not self.instance_mtbf_hours > 0 or math.isinf(self.instance_mtbf_hours):
-            raise PlanError("--failure-rate / --mtbf-hours: the failure rate must be > 0 (and the MTBF finite)")
+            raise PlanError.about("instance_mtbf_hours", "the failure rate must be > 0 (and the MTBF finite)")
         if not self.checkpoint_stall_hours > 0 or math.isinf(self.checkpoint_stall_hours):
-            raise PlanError(f"checkpoint stall ({self.source('checkpoint_stall_hours')}): must be > 0 seconds")
+            raise PlanError.about(
+                "checkpoint_stall_hours", f"{self.checkpoint_stall_hours * 3600:g} s must be > 0 and finite"
+            )
         if self.checkpoint_stall_hours >= self.job_mtbf_hours:
             raise PlanError(
                 f"the checkpoint stall of {self.checkpoint_stall_hours * 3600:.3g} s "
                 f"({self.source('checkpoint_stall_hours')}) is not below {self.mtbf_text()}: "
-                "the job could never save a checkpoint between two failures"
+                "the job could never save a checkpoint between two failures",
+                field="checkpoint_stall_hours",
             )
-        for mode in MODES:
-            hours = self.recovery_hours(mode)
-            if not hours >= 0 or math.isinf(hours):
-                raise PlanError(f"{self.source(f'recovery_{mode}_hours')}: the recovery must be >= 0 minutes")
+        for field_name in ("recovery_auto_hours", "recovery_manual_hours", "checkpointless_fallback_hours"):
+            hours = getattr(self, field_name)
+            if not 0 <= hours < math.inf:
+                raise PlanError.about(field_name, f"{hours * 60:g} min must be >= 0 and finite")
         if not 0 <= self.checkpointless_success <= 1:
-            raise PlanError(
-                f"{self.source('checkpointless_success')}: {self.checkpointless_success:g} must be a fraction, 0 to 1"
+            raise PlanError.about(
+                "checkpointless_success", f"{self.checkpointless_success:g} must be a fraction, 0 to 1"
             )
-        if not 0 <= self.checkpointless_fallback_hours < math.inf:
-            raise PlanError(f"{self.source('checkpointless_fallback_hours')}: the recovery must be >= 0 minutes")
         if not self.lost_work_hours >= 0:
-            raise PlanError(f"--lost-work-minutes: {self.lost_work_hours * 60:g} must be >= 0")
+            raise PlanError.about("lost_work_hours", f"{self.lost_work_hours * 60:g} min must be >= 0")
         if self.checkpoint_interval_hours is not None and not 0 < self.checkpoint_interval_hours < math.inf:
-            raise PlanError(f"--checkpoint-interval: {self.checkpoint_interval_hours * 60:g} must be > 0 minutes")
+            raise PlanError.about(
+                "checkpoint_interval_hours", f"{self.checkpoint_interval_hours * 60:g} must be > 0 minutes"
+            )
         if self.gpu_hours is not None and not 0 < self.gpu_hours < math.inf:
-            raise PlanError("--gpu-hours (or --tokens x --params): the job size must be > 0 and finite")
+            raise PlanError.about("gpu_hours", "the job size must be > 0 and finite")
         if not 0 <= self.price_per_instance_hour < math.inf:
-            raise PlanError("--price: must be >= 0 and finite")
+            raise PlanError.about("price_per_instance_hour", "must be >= 0 and finite")
 
     def source(self, name: str) -> str:
-        """How the field ``name`` was set, in words (the flag's name when nobody said)."""
-        return self.sources.get(name, FLAGS.get(name, name))
+        """How the field ``name`` was set, in the caller's words (``sources``); else the field and its value."""
+        if name in self.sources:
+            return self.sources[name]
+        value = getattr(self, name)
+        return f"{name} {value:g}" if isinstance(value, int | float) else f"{name} {value}"
 
     def mtbf_text(self) -> str:
-        """The job MTBF and what it comes from: ``the job MTBF of 36 s (--mtbf-hours 10 over --instances 1000)``."""
+        """The job MTBF and what it comes from: ``the job MTBF of 36 s (instance_mtbf_hours 10 over instances
+        1000)``, each input as ``sources`` says it."""
         return (
             f"the job MTBF of {duration_text(self.job_mtbf_hours)} "
             f"({self.source('instance_mtbf_hours')} over {self.source('instances')})"
@@ -288,6 +325,14 @@ class JobSpec:
     @property
     def cluster_price_per_hour(self) -> float:
         return self.instances * self.price_per_instance_hour
+
+
+# The inputs a PlanError names (InputName): JobSpec's fields but the set of checkpointless recoveries and the
+# sources; what sizes a job in tokens (gpu_hours_for); simulate's trials; the plot's file; a run's file (RUN).
+INPUTS = frozenset(
+    {spec.name for spec in fields(JobSpec)} - {"checkpointless", "sources"}
+    | {"tokens", "params", "mfu", "peak_tflops", "trials", "plot", "run"}
+)
 
 
 def daly_wall_hours(solve: float, interval: float, stall: float, restart: float, mtbf: float) -> float:
@@ -364,8 +409,11 @@ def linear_wall_hours(solve: float, instances: int, failures_per_instance_hour: 
 
 def gpu_hours_for(tokens: float, params: float, mfu: float, peak_tflops: float) -> float:
     """GPU-hours to train ``params`` parameters on ``tokens`` tokens at ``mfu`` of a GPU's peak (6ND FLOPs)."""
-    if not (tokens > 0 and params > 0 and 0 < mfu <= 1 and peak_tflops > 0):
-        raise PlanError("--tokens, --params, --peak-tflops must be > 0 and --mfu in (0, 1]")
+    for name, value in (("tokens", tokens), ("params", params), ("peak_tflops", peak_tflops)):
+        if not 0 < value < math.inf:
+            raise PlanError.about(name, f"{value:g} must be > 0 and finite")
+    if not 0 < mfu <= 1:
+        raise PlanError.about("mfu", f"{mfu:g} must be a fraction of the peak, above 0 and at most 1")
     return 6.0 * tokens * params / (mfu * peak_tflops * 1e12) / 3600.0
 
 
@@ -577,7 +625,9 @@ def linear_outcome(job: JobSpec) -> Outcome:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Forecast:
+    """What :func:`forecast` expects of a job: its MTBF, the checkpoint intervals, both models' outcomes."""
+
     job_mtbf_hours: float
     young_interval_minutes: float  # Young's and Daly's formulas at the job MTBF: a restart's optimum
     daly_interval_minutes: float
@@ -616,11 +666,11 @@ class Plan:
         return figures
 
 
-def _refuse_automatic(outcome: Outcome, model: str) -> None:
-    """A plan whose automatic recovery is beyond the failure horizon plans nothing: refused, with why.
-    (Manual recovery beyond it is the comparison's answer: its rows say so.)"""
+def _refuse_automatic(outcome: Outcome, *model: str | InputName) -> None:
+    """A job whose automatic recovery is beyond the failure horizon in ``model`` has no forecast: refused,
+    with why. (Manual recovery beyond it is the comparison's answer: its rows say so.)"""
     if "auto" in outcome.beyond_horizon:
-        raise PlanError(f"this job cannot finish ({model}): {outcome.beyond_horizon['auto']}")
+        raise PlanError("this job cannot finish (", *model, f"): {outcome.beyond_horizon['auto']}")
 
 
 def non_finite(value: Any, where: str = "") -> str | None:
@@ -641,11 +691,17 @@ def refuse_non_finite(figures: dict[str, Any]) -> None:
     found = non_finite(figures)
     if found:
         raise PlanError(
-            f"{found}: a figure overflows; --gpu-hours (or --tokens), --price and --instances are too large to plan"
+            f"{found}: a figure overflows; ",
+            InputName("gpu_hours"),
+            ", ",
+            InputName("price_per_instance_hour"),
+            " and ",
+            InputName("instances"),
+            " are too large to plan",
         )
 
 
-def plan(job: JobSpec) -> Plan:
+def forecast(job: JobSpec) -> Forecast:
     """Both models for automatic and manual recovery, each recovery's optimal checkpoint interval and, with
     a fixed schedule (``job.checkpoint_interval_hours``), Daly's model at it. Refused (:class:`PlanError`)
     when automatic recovery is beyond the failure horizon, or a figure overflows."""
@@ -656,7 +712,7 @@ def plan(job: JobSpec) -> Plan:
     fixed = None if interval is None else daly_outcome(job, interval)
     _refuse_automatic(daly, "Daly's model at its optimal interval")
     if fixed is not None:
-        _refuse_automatic(fixed, "Daly's model at --checkpoint-interval")
+        _refuse_automatic(fixed, "Daly's model at ", InputName("checkpoint_interval_hours"))
     _refuse_automatic(linear, "linear model")
     optimal = {mode: job.optimal_interval_hours(mode) for mode in MODES}
     checkpointless: dict[str, Any] = {}
@@ -668,7 +724,7 @@ def plan(job: JobSpec) -> Plan:
             "checkpointless_fallback_minutes": job.checkpointless_fallback_hours * 60,
             "fallback_mtbf_hours": mtbf / (1 - resumed) if resumed < 1 else None,
         }
-    result = Plan(
+    result = Forecast(
         job_mtbf_hours=mtbf,
         young_interval_minutes=young_interval(stall, mtbf) * 60,
         daly_interval_minutes=daly_interval(stall, mtbf) * 60,
@@ -743,7 +799,7 @@ def simulate(job: JobSpec, *, trials: int = 2000, seed: int = 0, interval_hours:
     job.validate()
     ideal = job.ideal_hours
     if ideal is None:
-        raise PlanError("--gpu-hours or --tokens: simulate needs a job size")
+        raise PlanError.about("gpu_hours", "simulate needs a job size")
     fixed = interval_hours or job.checkpoint_interval_hours
     analytic = daly_outcome(job, fixed)
     _refuse_automatic(analytic, "Daly's model")
@@ -757,9 +813,14 @@ def simulate(job: JobSpec, *, trials: int = 2000, seed: int = 0, interval_hours:
         if wall is not None:
             events += trials * (wall * 24 / job.job_mtbf_hours + ideal / intervals[mode])
     if events > SIMULATION_EVENTS_LIMIT:
-        raise PlanError(
-            f"--trials {trials}: the simulation would draw about {events:.2g} failures and checkpoints "
-            f"(more than {SIMULATION_EVENTS_LIMIT:.0g}); lower --trials or the job size (--gpu-hours, --tokens)"
+        raise PlanError.about(
+            "trials",
+            f"the simulation would draw about {events:.2g} failures and checkpoints "
+            f"(more than {SIMULATION_EVENTS_LIMIT:.0g}); lower ",
+            InputName("trials"),
+            " or ",
+            InputName("gpu_hours"),
+            value=trials,
         )
     summary: dict[str, Any] = {"trials": trials}
     summary |= {f"interval_minutes_{mode}": _minutes(intervals[mode]) for mode in MODES}
@@ -807,7 +868,7 @@ def plot_series(job: JobSpec) -> dict[str, Any]:
     job.validate()
     ideal = job.ideal_hours
     if ideal is None or job.gpu_hours is None:
-        raise PlanError("--plot: needs a job size (--gpu-hours or --tokens)")
+        raise PlanError.about("plot", "needs a job size: ", InputName("gpu_hours"))
     gpu_hours = job.gpu_hours
     sizes = sorted({max(1, round(job.instances * f)) for f in (0.125, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4)})
     scaled = {n: replace(job, instances=n) for n in sizes if job.checkpoint_stall_hours < job.instance_mtbf_hours / n}
@@ -862,7 +923,7 @@ def plot(job: JobSpec, path: str) -> None:
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - matplotlib is a dependency
-        raise PlanError("--plot: needs matplotlib (pip install matplotlib)") from None
+        raise PlanError.about("plot", "needs matplotlib (pip install matplotlib)") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -932,6 +993,6 @@ def plot(job: JobSpec, path: str) -> None:
     try:
         figure.savefig(path, dpi=110, format="png", metadata={PLOT_DATA_KEY: json.dumps(series, allow_nan=False)})
     except OSError as err:
-        raise PlanError(f"--plot: {path}: {err.strerror or err}") from None
+        raise PlanError.about("plot", f"{path}: {err.strerror or err}") from None
     finally:
         plt.close(figure)

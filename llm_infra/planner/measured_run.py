@@ -22,6 +22,9 @@ when the drill did not see one: such a report measures no recovery, and says so
 
 What a run was (``RunMeasurements.runs``, from its start lines: device, model preset, world size) lets
 the planner say when it scales another job's measurements: a CPU run, or another model size.
+
+A file that cannot be read, or holds neither, is a :class:`PlanError` about the input ``run``, its value
+the file's path: ``run PATH: why``, and the caller says ``run`` in its own words.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from llm_infra.input_files import InputFileError, read_text
 from llm_infra.ops.drill import DRILL_KIND, DRILL_VERSION
 from llm_infra.payload_log import json_objects
 from llm_infra.planner import PlanError
+
+RUN = "run"  # the planner's name for a run's file (PlanError.field): a payload log or a drill report
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ def parameters_text(count: float) -> str:
 
 @dataclass(frozen=True)
 class RunShape:
-    """What one ``--from-run`` file ran, from its start lines (empty where it has none, e.g. a drill report)."""
+    """What one run's file ran, from its start lines (empty where it has none, e.g. a drill report)."""
 
     path: str
     devices: tuple[str, ...] = ()
@@ -110,7 +115,8 @@ class RunMeasurements:
 
 
 def read_runs(paths: Iterable[str]) -> RunMeasurements:
-    """The measurements in the payload logs and drill reports at ``paths`` (``--from-run``)."""
+    """The measurements in the payload logs and drill reports at ``paths``; :class:`PlanError` about
+    :data:`RUN` for a file that cannot be read or holds neither."""
     records: list[dict[str, Any]] = []
     shapes: list[RunShape] = []
     unrecovered: list[str] = []
@@ -176,17 +182,17 @@ def _unresumed_faults(events: list[dict[str, Any]]) -> tuple[str, ...]:
     return (f"no restart after {faults} {steps} in the logs: no recovery measured from {them}",)
 
 
-FROM_RUN_ADVICE = (
-    "pass a run's log (kubectl logs POD > run.log) or the report llm-infra drill --out wrote; UTF-8, or "
+RUN_FILE_ADVICE = (
+    "pass a run's log (kubectl logs POD > run.log) or the report llm-infra drill wrote; UTF-8, or "
     "UTF-16 with a byte-order mark as PowerShell writes"
 )
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
     try:
-        text = read_text(path, flag="--from-run", advice=FROM_RUN_ADVICE)
-    except InputFileError as err:
-        raise PlanError(str(err)) from None
+        text = read_text(path, flag=RUN, advice=RUN_FILE_ADVICE)
+    except InputFileError as err:  # "run PATH: why; advice": the why and the advice are this error's
+        raise PlanError.about(RUN, str(err).removeprefix(f"{RUN} {path}: "), value=path) from None
     try:  # a drill report, possibly indented over several lines
         whole = json.loads(text)
     except ValueError:
@@ -195,16 +201,19 @@ def _records(path: Path) -> list[dict[str, Any]]:
     records = [whole] if is_drill else json_objects(text)
     for record in records:
         if record.get("kind") == DRILL_KIND and record.get("version") != DRILL_VERSION:
-            raise PlanError(
-                f"--from-run {path}: drill report version {record.get('version')!r} is not supported "
-                f"(this planner reads version {DRILL_VERSION})"
+            raise PlanError.about(
+                RUN,
+                f"drill report version {record.get('version')!r} is not supported "
+                f"(this planner reads version {DRILL_VERSION})",
+                value=path,
             )
         if record.get("kind") == DRILL_KIND:
             _check_recovery_seconds(path, record)
     if not any("event" in r or r.get("kind") == DRILL_KIND for r in records):
-        raise PlanError(
-            f"--from-run {path}: no payload JSON lines (train.py) and no llm-infra drill report in it; "
-            f"{FROM_RUN_ADVICE}"
+        raise PlanError.about(
+            RUN,
+            f"no payload JSON lines (train.py) and no llm-infra drill report in it; {RUN_FILE_ADVICE}",
+            value=path,
         )
     return records
 
@@ -216,9 +225,11 @@ def _check_recovery_seconds(path: Path, drill: dict[str, Any]) -> None:
     if value is None or (_number(value) and math.isfinite(value) and value >= 0):
         return
     shown = "missing" if value == "missing" and "recovery_seconds" not in drill else repr(value)
-    raise PlanError(
-        f"--from-run {path}: a drill report's recovery_seconds is seconds >= 0 or null, not {shown}: "
-        "pass the report as llm-infra drill --out wrote it"
+    raise PlanError.about(
+        RUN,
+        f"a drill report's recovery_seconds is seconds >= 0 or null, not {shown}: "
+        "pass the report as llm-infra drill wrote it",
+        value=path,
     )
 
 

@@ -7,6 +7,9 @@ refused with ``--tokens`` but no ``--params`` (the run's measured tokens/s sizes
 measurement of ``--from-run`` that a flag overrides is a note ("not used: ..."): the flag wins, as asked.
 What ``--from-run`` cannot vouch for is a warning, on stderr and in the JSON: a run on another device
 (CPU) or of another model size than ``--params``, and a drill report whose ``recovery_seconds`` is null.
+
+The planner knows nothing of these flags: its errors (:class:`PlanError`) name its own inputs, and the
+commands say each by its flag (``FLAGS``); how each input was set (``JobSpec.sources``) they say too.
 """
 
 from __future__ import annotations
@@ -15,11 +18,20 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from llm_infra.cli.terminal import OUTPUT_JSON, add_output_flag, number, png_path, print_table, whole_number
+from llm_infra.cli.terminal import (
+    OUTPUT_JSON,
+    UsageError,
+    add_output_flag,
+    number,
+    png_path,
+    print_table,
+    whole_number,
+)
 from llm_infra.failure_rates import FAILURE_PRESETS
 from llm_infra.planner import (
     CHECKPOINTLESS_FALLBACK,
@@ -30,20 +42,20 @@ from llm_infra.planner import (
     PRICE_PRESETS,
     RECOVERY_PRESETS,
     STALL_PRESETS,
+    Forecast,
     JobSpec,
     Mode,
     Outcome,
-    Plan,
     PlanError,
     Preset,
     duration_text,
+    forecast,
     gpu_hours_for,
-    plan,
     plot,
     refuse_non_finite,
     simulate,
 )
-from llm_infra.planner.measured_run import Measurement, RunMeasurements, read_runs
+from llm_infra.planner.measured_run import RUN, Measurement, RunMeasurements, read_runs
 from llm_infra.workloads.checkpoint_interval import young_interval
 
 DEFAULT_STALL_SECONDS = 60.0
@@ -60,6 +72,29 @@ FAILURE_SOURCES = {
 }
 # A run of a model this much larger or smaller than --params is another model's.
 MODEL_SIZE_TOLERANCE = 1.1
+
+# The planner's inputs (the fields of JobSpec, and the others its errors name) as the commands take them.
+FLAGS = {
+    "instances": "--instances",
+    "gpus_per_instance": "--gpus-per-instance",
+    "instance_mtbf_hours": "--failure-rate, --mtbf-hours or --failure-preset",
+    "checkpoint_stall_hours": "--checkpoint-stall",
+    "recovery_auto_hours": "--recovery-auto",
+    "recovery_manual_hours": "--recovery-manual",
+    "checkpoint_interval_hours": "--checkpoint-interval",
+    "lost_work_hours": "--lost-work-minutes",
+    "checkpointless_success": "--checkpointless-success",
+    "checkpointless_fallback_hours": "--checkpointless-fallback",
+    "gpu_hours": "--gpu-hours (or --tokens)",
+    "price_per_instance_hour": "--price",
+    "tokens": "--tokens",
+    "params": "--params",
+    "mfu": "--mfu",
+    "peak_tflops": "--peak-tflops",
+    "trials": "--trials",
+    "plot": "--plot",
+    RUN: "--from-run",
+}
 
 PLAN_DESCRIPTION = """What failures cost a training job: goodput, wall time and dollars with automatic and with manual
 recovery, in Daly's model and in AWS's linear model side by side, and how often to checkpoint (Daly's
@@ -425,7 +460,7 @@ def inputs_from(args: argparse.Namespace) -> Inputs:
     ]
     if ignored and not checkpointless:
         them = "it" if len(ignored) == 1 else "them"
-        raise PlanError(
+        raise UsageError(
             f"{', '.join(ignored)}: only with a checkpointless recovery (--recovery-auto {CHECKPOINTLESS}); no "
             f"recovery here is checkpointless: pass --recovery-auto {CHECKPOINTLESS} or drop {them}"
         )
@@ -513,11 +548,11 @@ def _instance_mtbf_hours(args: argparse.Namespace, sources: dict[str, str]) -> f
         return 100.0 / FAILURE_PRESETS[args.failure_preset]
     if args.failure_rate is not None:
         if args.failure_rate <= 0:
-            raise PlanError(f"--failure-rate: {args.failure_rate} must be > 0 (% per instance-hour)")
+            raise UsageError(f"--failure-rate: {args.failure_rate} must be > 0 (% per instance-hour)")
         sources["instance_mtbf_hours"] = f"--failure-rate {args.failure_rate:g}"
         return 100.0 / args.failure_rate
     if args.mtbf_hours <= 0:
-        raise PlanError(f"--mtbf-hours: {args.mtbf_hours} must be > 0")
+        raise UsageError(f"--mtbf-hours: {args.mtbf_hours} must be > 0")
     sources["instance_mtbf_hours"] = f"--mtbf-hours {args.mtbf_hours:g}"
     return float(args.mtbf_hours)
 
@@ -539,7 +574,7 @@ def _gpu_hours(
             if args.gpu_hours is not None
             else "no --tokens given: pass --tokens or drop"
         )
-        raise PlanError(
+        raise UsageError(
             f"{', '.join(sizing)}: only size a job given in --tokens (6 x parameters x tokens FLOPs); {where} {them}"
         )
     if args.gpu_hours is not None:
@@ -554,14 +589,14 @@ def _gpu_hours(
         peak = DEFAULT_PEAK_TFLOPS if args.peak_tflops is None else args.peak_tflops
         return gpu_hours_for(args.tokens, args.params, mfu, peak)
     if runs.tokens_per_gpu_second is None:
-        raise PlanError("--tokens needs --params (or --from-run with measured tokens/s)")
+        raise UsageError("--tokens needs --params (or --from-run with measured tokens/s)")
     if sizing:  # --mfu / --peak-tflops without --params
-        raise PlanError(
+        raise UsageError(
             f"{', '.join(sizing)}: only used with --params (6 x parameters x tokens FLOPs); here the tokens/s "
             "--from-run measured size the job: pass --params or drop " + ("it" if len(sizing) == 1 else "them")
         )
     if not args.tokens > 0:
-        raise PlanError(f"--tokens: {args.tokens} must be > 0")
+        raise UsageError(f"--tokens: {args.tokens} must be > 0")
     measured["tokens_per_gpu_second"] = runs.tokens_per_gpu_second
     return args.tokens / runs.tokens_per_gpu_second.value / 3600
 
@@ -578,11 +613,25 @@ def _dumps(payload: dict[str, Any]) -> str:
     return json.dumps(payload, allow_nan=False)
 
 
+@contextmanager
+def flags_named() -> Iterator[None]:
+    """The planner's refusals as the user gave the inputs: each input it names, said by its flag (``FLAGS``)."""
+    try:
+        yield
+    except PlanError as err:
+        raise UsageError(err.text(FLAGS)) from None
+
+
 def run_plan(args: argparse.Namespace) -> int:
+    with flags_named():
+        return _plan(args)
+
+
+def _plan(args: argparse.Namespace) -> int:
     inputs = inputs_from(args)
     job = inputs.job
     picture = str(png_path("--plot", args.plot, "plan.png")) if args.plot else None
-    result = plan(job)
+    result = forecast(job)
     _warn(inputs.warnings)
     if picture:
         plot(job, picture)
@@ -601,7 +650,7 @@ def run_plan(args: argparse.Namespace) -> int:
             payload["plot"] = picture
         print(_dumps(payload))
         return 0
-    print_plan(inputs, result, args.model)
+    print_forecast(inputs, result, args.model)
     if picture:
         print(f"plot: {picture}")
     return 0
@@ -637,7 +686,7 @@ def _steps(inputs: Inputs, minutes: float | None) -> str:
     return f" = {minutes * 60 / inputs.step_seconds.value:,.0f} steps"
 
 
-def _interval_lines(inputs: Inputs, result: Plan) -> list[str]:
+def _interval_lines(inputs: Inputs, result: Forecast) -> list[str]:
     """The job MTBF, the stall, and each recovery's optimal checkpoint interval: Daly's at the job MTBF for a
     recovery that restarts from the last checkpoint; for a checkpointless one, Daly's at the MTBF of the
     failures it does not resume (none when it resumes them all). The steps go with the automatic one."""
@@ -680,7 +729,7 @@ def _interval_lines(inputs: Inputs, result: Plan) -> list[str]:
     return lines
 
 
-def print_plan(inputs: Inputs, result: Plan, chosen: str) -> None:
+def print_forecast(inputs: Inputs, result: Forecast, chosen: str) -> None:
     job = inputs.job
     size = f"{job.gpu_hours:,.0f} GPU-hours" if job.gpu_hours is not None else "no job size (ratios only)"
     print(
@@ -750,7 +799,7 @@ def _saving(outcome: Outcome) -> str:
 def _schedule_line(daly: Outcome, fixed: Outcome, minutes: float, optimum: float | None) -> str:
     """The user's schedule against the optimum (``optimum`` minutes, None: no checkpoint), with automatic
     recovery (never beyond the horizon here)."""
-    assert daly.goodput_auto is not None and fixed.goodput_auto is not None  # plan() refused otherwise
+    assert daly.goodput_auto is not None and fixed.goodput_auto is not None  # forecast() refused otherwise
     best = "no checkpoint" if optimum is None else f"every {optimum:.1f} min"
     text = (
         f"your schedule, a checkpoint every {minutes:g} min, vs the optimum, {best}, automatic recovery: "
@@ -778,11 +827,16 @@ def _simulated_intervals(result: dict[str, Any], fixed: bool) -> str:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    with flags_named():
+        return _simulate(args)
+
+
+def _simulate(args: argparse.Namespace) -> int:
     if args.trials < 2:
-        raise PlanError(f"--trials: {args.trials} must be >= 2")
+        raise UsageError(f"--trials: {args.trials} must be >= 2")
     inputs = inputs_from(args)
     job = inputs.job
-    analytic = plan(job)
+    analytic = forecast(job)
     result = simulate(job, trials=args.trials, seed=args.seed)
     _warn(inputs.warnings)
     if args.output == OUTPUT_JSON:
