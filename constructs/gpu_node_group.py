@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from llm_infra.config import DEFAULT_GPU_NODES, DEFAULT_GPU_ROOT_VOLUME_GIB, DEFAULT_HUGEPAGES_2MIB
 from llm_infra.constructs.nag import use_aws_managed_policies
 from llm_infra.constructs.nic_layout import network_interfaces
+from llm_infra.constructs.validation import ConstructValidationError, is_token, require_literal
 from llm_infra.instance_types import EfaLayout, InstanceProfile
 from llm_infra.node_labels import EFA_LABEL, GPU_TAINT_KEY, NODE_ROLE_LABEL
 
 CAPACITY_TYPES = ("on-demand", "capacity-reservation", "capacity-block")
+# EC2: a capacity reservation (or capacity block) id, cr- and 8 or 17 hex digits.
+CAPACITY_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8}([0-9a-f]{9})?$")
 
 
 class GpuNodeGroup(Construct):
@@ -43,35 +49,54 @@ class GpuNodeGroup(Construct):
         security_groups: list[ec2.ISecurityGroup],
         efa_security_group: ec2.ISecurityGroup | None = None,
         nic_layout: EfaLayout | None = None,
-        desired_size: int = 2,
+        desired_size: int = DEFAULT_GPU_NODES,
         min_size: int | None = None,
         max_size: int | None = None,
         capacity: str = "on-demand",
         capacity_reservation_id: str | None = None,
-        root_volume_gib: int = 500,
-        hugepages_2mib: int = 5120,
+        root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB,
+        hugepages_2mib: int = DEFAULT_HUGEPAGES_2MIB,
         labels: dict[str, str] | None = None,
         placement_group: str | None = "create",
     ) -> None:
         super().__init__(scope, construct_id)
         min_size = desired_size if min_size is None else min_size
         max_size = desired_size if max_size is None else max_size
-        if not 0 <= min_size <= desired_size <= max_size or max_size < 1:
-            raise ValueError(
+        sizes = (min_size, desired_size, max_size)
+        if not any(is_token(size) for size in sizes) and (
+            not 0 <= min_size <= desired_size <= max_size or max_size < 1
+        ):
+            raise ConstructValidationError(
+                self,
                 f"min_size/desired_size/max_size: need 0 <= min <= desired <= max and max >= 1, "
-                f"got {min_size}/{desired_size}/{max_size}"
+                f"got {min_size}/{desired_size}/{max_size}",
             )
+        require_literal(self, "capacity", capacity, "it decides the node group's capacity type and market")
         if capacity not in CAPACITY_TYPES:
-            raise ValueError(f"capacity: {capacity!r} is not allowed; allowed: {', '.join(CAPACITY_TYPES)}")
+            raise ConstructValidationError(
+                self, f"capacity: {capacity!r} is not allowed; allowed: {', '.join(CAPACITY_TYPES)}"
+            )
         if capacity != "on-demand" and not capacity_reservation_id:
-            raise ValueError(f"capacity_reservation_id: required when capacity is {capacity}")
+            raise ConstructValidationError(self, f"capacity_reservation_id: required when capacity is {capacity}")
+        reservation = capacity_reservation_id
+        if reservation and not is_token(reservation) and not CAPACITY_RESERVATION_ID.match(reservation):
+            raise ConstructValidationError(
+                self, f"capacity_reservation_id: {reservation!r} is not an id such as cr-0123456789abcdef0"
+            )
+        if not is_token(root_volume_gib) and root_volume_gib < 1:
+            raise ConstructValidationError(self, f"root_volume_gib: {root_volume_gib} must be >= 1")
+        require_literal(self, "hugepages_2mib", hugepages_2mib, "it is written into the nodes' user data")
+        if hugepages_2mib < 0:
+            raise ConstructValidationError(self, f"hugepages_2mib: {hugepages_2mib} must be >= 0")
         if not security_groups:
-            raise ValueError("security_groups: at least one (the cluster security group) is required")
+            raise ConstructValidationError(
+                self, "security_groups: at least one (the cluster security group) is required"
+            )
 
         self.profile = profile
         self.efa_enabled = efa_security_group is not None
         if self.efa_enabled and not profile.efa_supported:
-            raise ValueError(f"efa_security_group: {profile.instance_type} has no EFA; pass None")
+            raise ConstructValidationError(self, f"efa_security_group: {profile.instance_type} has no EFA; pass None")
 
         if placement_group == "create":
             created = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)

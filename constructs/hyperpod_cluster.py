@@ -14,6 +14,12 @@ from aws_cdk import aws_s3_deployment as s3_deployment
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from llm_infra.config import (
+    DEFAULT_GPU_INSTANCE_TYPE,
+    DEFAULT_GPU_NODES,
+    DEFAULT_GPU_ROOT_VOLUME_GIB,
+    DEFAULT_HYPERPOD_NODE_RECOVERY,
+)
 from llm_infra.constructs.nag import (
     CDK_S3_READ_FINDINGS,
     CDK_S3_WRITE_FINDINGS,
@@ -23,6 +29,7 @@ from llm_infra.constructs.nag import (
     use_aws_managed_policies,
 )
 from llm_infra.constructs.training_bucket import TrainingBucket
+from llm_infra.constructs.validation import ConstructValidationError, is_token, require_literal
 from llm_infra.instance_types import INSTANCE_PROFILES, instance_profile
 from llm_infra.node_labels import EFA_LABEL, GPU_TAINT_KEY, NODE_ROLE_LABEL
 from llm_infra.service_limits import (
@@ -40,6 +47,10 @@ LIFECYCLE_SCRIPTS = Path(__file__).resolve().parent / "hyperpod_lifecycle"
 SAGEMAKER_TAG = cdk.CfnTag(key="SageMaker", value="true")
 CPU_INSTANCE_TYPES = ("ml.m5.xlarge", "ml.m5.2xlarge", "ml.m5.4xlarge", "ml.c5.2xlarge", "ml.c5.4xlarge")
 HYPERPOD_INSTANCE_TYPES = tuple(sorted(f"ml.{name}" for name in INSTANCE_PROFILES)) + CPU_INSTANCE_TYPES
+# SageMaker CreateCluster: TrainingPlanArn, arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.*
+TRAINING_PLAN_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]*:[0-9]{12}:training-plan/.+$")
+# SageMaker CreateCluster: ClusterName, ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$
+CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 
 
 @dataclass(frozen=True)
@@ -53,10 +64,10 @@ class HyperPodInstanceGroup:
     """
 
     name: str
-    instance_type: str = "ml.p5.48xlarge"
-    count: int = 2
+    instance_type: str = f"ml.{DEFAULT_GPU_INSTANCE_TYPE}"
+    count: int = DEFAULT_GPU_NODES
     threads_per_core: int = 1
-    storage_volumes_gib: tuple[int, ...] = (500,)
+    storage_volumes_gib: tuple[int, ...] = (DEFAULT_GPU_ROOT_VOLUME_GIB,)
     deep_health_checks: tuple[str, ...] = HYPERPOD_DEEP_HEALTH_CHECKS
     training_plan_arn: str | None = None
     image_id: str | None = None
@@ -70,7 +81,13 @@ class HyperPodInstanceGroup:
         return self.labels.get(NODE_ROLE_LABEL, "gpu" if self.gpu else "cpu")
 
     def validate(self) -> None:
+        """Raise ``ValueError`` naming the group's bad field; the cluster raises it scoped to itself.
+        ``count``, sizes and ``training_plan_arn`` may be tokens; ``name`` and ``instance_type`` may not
+        (they decide labels, taints, EFA and the lifecycle upload)."""
         where = f"instance_groups[{self.name}]"
+        for prop, value in (("name", self.name), ("instance_type", self.instance_type)):
+            if is_token(value):
+                raise ValueError(f"{where}.{prop}: must be known at synth, not a token (labels, EFA, uploads)")
         if not self.instance_type.startswith("ml."):
             raise ValueError(
                 f"{where}.instance_type: {self.instance_type!r} must carry the SageMaker 'ml.' prefix, "
@@ -83,7 +100,7 @@ class HyperPodInstanceGroup:
             )
         if self.gpu and self.instance_type.removeprefix("ml.") not in INSTANCE_PROFILES:
             raise ValueError(f"{where}.gpu: {self.instance_type} has no GPUs; set gpu=False")
-        if self.count < 1:
+        if not is_token(self.count) and self.count < 1:
             raise ValueError(f"{where}.count: {self.count} must be >= 1")
         if self.threads_per_core not in (1, 2):
             raise ValueError(f"{where}.threads_per_core: {self.threads_per_core} is not allowed; allowed: 1, 2")
@@ -92,13 +109,19 @@ class HyperPodInstanceGroup:
                 f"{where}.storage_volumes_gib: HyperPod allows one storage config per instance group, "
                 f"got {len(self.storage_volumes_gib)}"
             )
-        if any(not 1 <= size <= 16384 for size in self.storage_volumes_gib):
+        if any(not is_token(size) and not 1 <= size <= 16384 for size in self.storage_volumes_gib):
             raise ValueError(f"{where}.storage_volumes_gib: sizes must lie in 1..16384 GiB")
         unknown = [check for check in self.deep_health_checks if check not in HYPERPOD_DEEP_HEALTH_CHECKS]
         if unknown:
             raise ValueError(
                 f"{where}.deep_health_checks: unknown {', '.join(unknown)}; "
                 f"allowed: {', '.join(HYPERPOD_DEEP_HEALTH_CHECKS)}"
+            )
+        plan = self.training_plan_arn
+        if plan is not None and not is_token(plan) and not TRAINING_PLAN_ARN.match(plan):
+            raise ValueError(
+                f"{where}.training_plan_arn: {plan!r} is not a SageMaker training plan ARN such as "
+                "arn:aws:sagemaker:us-east-1:123456789012:training-plan/my-plan"
             )
         family = self.instance_type.removeprefix("ml.").split(".")[0]
         if self.deep_health_checks and family not in HYPERPOD_DEEP_HEALTH_CHECK_FAMILIES:
@@ -141,11 +164,11 @@ class HyperPodCluster(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         subnet: ec2.ISubnet,
         security_groups: list[ec2.ISecurityGroup],
         instance_groups: list[HyperPodInstanceGroup],
-        node_recovery: str = "Automatic",
+        node_recovery: str = DEFAULT_HYPERPOD_NODE_RECOVERY,
         continuous_provisioning: bool = True,
         tiered_checkpointing_memory_percent: int | None = None,
         cluster_name: str,
@@ -154,23 +177,30 @@ class HyperPodCluster(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         if not instance_groups:
-            raise ValueError("instance_groups: at least one instance group is required")
+            raise ConstructValidationError(self, "instance_groups: at least one instance group is required")
         names = [group.name for group in instance_groups]
         if len(set(names)) != len(names):
-            raise ValueError(f"instance_groups: names must be unique, got {names}")
+            raise ConstructValidationError(self, f"instance_groups: names must be unique, got {names}")
         for group in instance_groups:
-            group.validate()
+            try:
+                group.validate()
+            except ValueError as err:
+                raise ConstructValidationError(self, str(err)) from None
         self.instance_groups = tuple(instance_groups)
+        require_literal(self, "node_recovery", node_recovery, "one of two values, checked here")
         if node_recovery not in HYPERPOD_NODE_RECOVERY:
-            raise ValueError(
-                f"node_recovery: {node_recovery!r} is not allowed; allowed: {', '.join(HYPERPOD_NODE_RECOVERY)}"
+            raise ConstructValidationError(
+                self, f"node_recovery: {node_recovery!r} is not allowed; allowed: {', '.join(HYPERPOD_NODE_RECOVERY)}"
             )
-        if tiered_checkpointing_memory_percent is not None and not 1 <= tiered_checkpointing_memory_percent <= 100:
-            raise ValueError("tiered_checkpointing_memory_percent: must lie in 1..100")
-        if not re.fullmatch(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", cluster_name):
-            raise ValueError(f"cluster_name: {cluster_name!r} must be 1-63 letters, digits and inner hyphens")
+        pct = tiered_checkpointing_memory_percent
+        if pct is not None and not is_token(pct) and not 1 <= pct <= 100:
+            raise ConstructValidationError(self, f"tiered_checkpointing_memory_percent: {pct} must lie in 1..100")
+        if not is_token(cluster_name) and not CLUSTER_NAME.match(cluster_name):
+            raise ConstructValidationError(
+                self, f"cluster_name: {cluster_name!r} must be 1-63 letters, digits and inner hyphens"
+            )
         if not (lifecycle_scripts / "on_create.sh").is_file():
-            raise ValueError(f"lifecycle_scripts: {lifecycle_scripts} has no on_create.sh")
+            raise ConstructValidationError(self, f"lifecycle_scripts: {lifecycle_scripts} has no on_create.sh")
 
         lifecycle_bucket = TrainingBucket(self, "Lifecycle")
         self.lifecycle_bucket = lifecycle_bucket.bucket
@@ -277,7 +307,7 @@ class HyperPodCluster(Construct):
 
     def _execution_role(
         self,
-        cluster: eks.Cluster,
+        cluster: eks.ICluster,
         lifecycle_bucket: TrainingBucket,
         subnet: ec2.ISubnet,
         security_groups: list[ec2.ISecurityGroup],

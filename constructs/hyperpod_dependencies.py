@@ -9,13 +9,15 @@ from collections.abc import Mapping
 import aws_cdk as cdk
 from constructs import Construct
 
+from llm_infra.config import HYPERPOD_HELM_TEMPLATE_KEY, HYPERPOD_SETUP_BUCKET
+from llm_infra.constructs.validation import ConstructValidationError, require_literal
+
 # AWS publishes the stack that `hyp create cluster-stack` and the HyperPod console use to install the
 # chart, per region (PyPI hyperpod-cluster-stack-template 1.0.2, creation_template.yaml: HelmChartStack).
+HELM_CHART_CUSTOM_RESOURCE_BUCKET = HYPERPOD_SETUP_BUCKET.format(region="${AWS::Region}")
 HELM_CHART_TEMPLATE_URL = (
-    "https://aws-sagemaker-hyperpod-cluster-setup-${AWS::Region}-prod.s3.${AWS::Region}.amazonaws.com"
-    "/templates/helm-chart-template.yaml"
+    f"https://{HELM_CHART_CUSTOM_RESOURCE_BUCKET}.s3.${{AWS::Region}}.amazonaws.com/{HYPERPOD_HELM_TEMPLATE_KEY}"
 )
-HELM_CHART_CUSTOM_RESOURCE_BUCKET = "aws-sagemaker-hyperpod-cluster-setup-${AWS::Region}-prod"
 HELM_REPO_URL = "https://github.com/aws/sagemaker-hyperpod-cli.git"
 HELM_REPO_PATH = "helm_chart/HyperPodHelmChart"
 HELM_RELEASE = "hyperpod-dependencies"
@@ -119,7 +121,11 @@ class HyperPodDependencies(Construct):
         super().__init__(scope, construct_id)
         unknown = sorted(set(switches) - set(CHART_SWITCHES))
         if unknown:
-            raise ValueError(f"switches: unknown {', '.join(unknown)}; allowed: {', '.join(CHART_SWITCHES)}")
+            raise ConstructValidationError(
+                self, f"switches: unknown {', '.join(unknown)}; allowed: {', '.join(CHART_SWITCHES)}"
+            )
+        # The prefix is cut to PROJECT_PREFIX_CHARS here, to keep AWS's Lambda name within 64 characters.
+        require_literal(self, "resource_name_prefix", resource_name_prefix, "it is shortened at synth")
         self.switches = dict(switches)
         self.inputs_digest = inputs_digest(self.switches)
         self.release_name = f"{HELM_RELEASE}-{self.inputs_digest}"

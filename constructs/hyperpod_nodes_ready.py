@@ -14,6 +14,7 @@ from constructs import Construct
 
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster
 from llm_infra.constructs.nag import acknowledge, attribute_finding, managed_policy_finding
+from llm_infra.constructs.validation import ConstructValidationError
 
 HANDLER_SOURCE = Path(__file__).resolve().parent / "hyperpod_nodes_ready_handler.py"
 RESOURCE_TYPE = "Custom::HyperPodNodesReady"
@@ -57,7 +58,10 @@ class HyperPodNodesReady(Construct):
         timeout: cdk.Duration = DEFAULT_TIMEOUT,
     ) -> None:
         super().__init__(scope, construct_id)
-        _validate(hyperpod, instance_groups, timeout)
+        try:
+            _validate(hyperpod, instance_groups, timeout)
+        except ValueError as err:
+            raise ConstructValidationError(self, str(err)) from None
         self.log_group = logs.LogGroup(
             self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=cdk.RemovalPolicy.DESTROY
         )

@@ -9,7 +9,13 @@ from constructs import Construct
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster
 from llm_infra.constructs.hyperpod_nodes_ready import HyperPodNodesReady
 from llm_infra.constructs.nag import use_aws_managed_policies
-from llm_infra.constructs.training_cluster import POD_IDENTITY_PRINCIPAL, TrainingCluster, overwrite_conflicts
+from llm_infra.constructs.training_cluster import (
+    POD_IDENTITY_PRINCIPAL,
+    ExistingTrainingCluster,
+    TrainingCluster,
+    overwrite_conflicts,
+)
+from llm_infra.constructs.validation import ConstructValidationError
 from llm_infra.node_labels import NODE_ROLE_LABEL
 from llm_infra.service_limits import (
     HYPERPOD_TRAINING_OPERATOR_NAMESPACE,
@@ -50,13 +56,16 @@ class HyperPodTrainingOperator(Construct):
       add-on version advertises ``requiresIamPermissions``, which v1.2.1-eksbuild.1 stopped doing, so
       every inline install failed (awslabs/awsome-distributed-ai #1075, fixed by #1076 this way);
     - ``cert_manager``: the cert-manager EKS add-on, a documented prerequisite; its pods tolerate no
-      taint, so they run on the system nodes or a HyperPod CPU node, never on the GPU nodes;
+      taint, so they run on the system nodes or a HyperPod CPU node, never on the GPU nodes (``None``
+      with ``cert_manager=False``: the cluster's owner runs it);
     - ``addon``: the pinned add-on for the cluster's Kubernetes version, after the association,
       cert-manager, the Pod Identity agent and the HyperPod cluster (AWS installs the operator on a
       cluster that has its HyperPod nodes; docs: sagemaker-eks-operator-install, prerequisites).
       Its controller (1 CPU, 2 GiB requested) runs on ``hyperpod``'s first CPU instance group
       (``controller_configuration``): HyperPod nodes, as the add-on's default wants, but not the GPU
       nodes, whose NoSchedule taint it does not tolerate. ``hyperpod`` needs a CPU group;
+    - on a cluster this app did not create (:class:`ExistingTrainingCluster`) neither add-on gets
+      ``ResolveConflicts: OVERWRITE``: what is there is its owner's;
     - ``nodes_ready``: the add-on also waits until that group has a Running node
       (:class:`HyperPodNodesReady`). With continuous provisioning the HyperPod cluster's create ends
       before any node has joined, and an add-on whose controller cannot be scheduled is unhealthy.
@@ -67,23 +76,26 @@ class HyperPodTrainingOperator(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        training_cluster: TrainingCluster,
+        training_cluster: TrainingCluster | ExistingTrainingCluster,
         hyperpod: HyperPodCluster,
+        cert_manager: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         cpu_groups = [group for group in hyperpod.instance_groups if not group.gpu]
         if not cpu_groups:
-            raise ValueError(
+            raise ConstructValidationError(
+                self,
                 "hyperpod: the training operator's controller runs on a HyperPod CPU instance group and "
                 f"there is none (groups: {', '.join(g.name for g in hyperpod.instance_groups)}); add one "
-                "with gpu=False, e.g. ml.m5.2xlarge"
+                "with gpu=False, e.g. ml.m5.2xlarge",
             )
         controller_role = cpu_groups[0].node_role
         version = training_cluster.kubernetes_version
         if version not in HYPERPOD_TRAINING_OPERATOR_ADDONS:
-            raise ValueError(
+            raise ConstructValidationError(
+                self,
                 f"kubernetes_version: {version!r} has no pinned HyperPod training operator add-on; "
-                f"allowed: {', '.join(HYPERPOD_TRAINING_OPERATOR_ADDONS)}"
+                f"allowed: {', '.join(HYPERPOD_TRAINING_OPERATOR_ADDONS)}",
             )
         versions = HYPERPOD_TRAINING_OPERATOR_ADDONS[version]
         cluster = training_cluster.cluster
@@ -107,38 +119,41 @@ class HyperPodTrainingOperator(Construct):
             role_arn=self.role.role_arn,
         )
 
-        self.cert_manager = eks.Addon(
-            self,
-            "CertManager",
-            cluster=cluster,  # type: ignore[arg-type]  # jsii's ICluster stub lags the class
-            addon_name=CERT_MANAGER_ADDON,
-            addon_version=versions[CERT_MANAGER_ADDON],
-            preserve_on_delete=False,
-        )
-        # Both add-ons take over what exists: AWS's CLI steps (docs: sagemaker-eks-operator-install,
-        # `aws eks create-addon ... --resolve-conflicts OVERWRITE`) and AWS's HyperPod Terraform module do
-        # so; the operators' Helm stack has already created the aws-hyperpod namespace.
-        overwrite_conflicts(self.cert_manager)
-        # Its pods need nodes to become ACTIVE.
-        self.cert_manager.node.add_dependency(training_cluster.system_nodegroup)
+        self.cert_manager: eks.Addon | None = None
+        if cert_manager:  # off where the cluster's owner runs cert-manager already
+            self.cert_manager = eks.Addon(
+                self,
+                "CertManager",
+                cluster=cluster,
+                addon_name=CERT_MANAGER_ADDON,
+                addon_version=versions[CERT_MANAGER_ADDON],
+                preserve_on_delete=False,
+            )
+            # Both add-ons take over what exists: AWS's CLI steps (docs: sagemaker-eks-operator-install,
+            # `aws eks create-addon ... --resolve-conflicts OVERWRITE`) and AWS's HyperPod Terraform module do
+            # so; the operators' Helm stack has already created the aws-hyperpod namespace. Not on a cluster
+            # this app did not create: what is there is its owner's.
+            if isinstance(training_cluster, TrainingCluster):
+                overwrite_conflicts(self.cert_manager)
+            # Its pods need nodes to become ACTIVE.
+            self.cert_manager.node.add_dependency(training_cluster.system_nodegroup)
 
         self.addon = eks.Addon(
             self,
             "Addon",
-            cluster=cluster,  # type: ignore[arg-type]
+            cluster=cluster,
             addon_name=OPERATOR_ADDON,
             addon_version=versions[OPERATOR_ADDON],
             configuration_values=controller_configuration(controller_role),
             preserve_on_delete=False,
         )
-        overwrite_conflicts(self.addon)
+        if isinstance(training_cluster, TrainingCluster):
+            overwrite_conflicts(self.addon)
         self.nodes_ready = HyperPodNodesReady(
             self, "NodesReady", hyperpod=hyperpod, instance_groups={cpu_groups[0].name: 1}
         )
-        self.addon.node.add_dependency(
-            self.pod_identity_association,
-            self.cert_manager,
-            training_cluster.addons["eks-pod-identity-agent"],
-            hyperpod.resource,
-            self.nodes_ready.resource,
-        )
+        self.addon.node.add_dependency(self.pod_identity_association, hyperpod.resource, self.nodes_ready.resource)
+        # cert-manager and the Pod Identity agent: ours where this app installs them, else the owner's.
+        for prerequisite in (self.cert_manager, training_cluster.addons.get("eks-pod-identity-agent")):
+            if prerequisite is not None:
+                self.addon.node.add_dependency(prerequisite)

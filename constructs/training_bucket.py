@@ -8,6 +8,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from llm_infra.constructs.nag import acknowledge
+from llm_infra.constructs.validation import ConstructValidationError, require_literal
 
 READ_OBJECT_ACTIONS = ["s3:GetObject", "s3:GetObjectVersion"]
 READ_WRITE_OBJECT_ACTIONS = [
@@ -36,10 +37,13 @@ class TrainingBucket(Construct):
         abort_incomplete_upload_days: int = 7,
     ) -> None:
         super().__init__(scope, construct_id)
-        if noncurrent_version_days < 1:
-            raise ValueError(f"noncurrent_version_days: {noncurrent_version_days} must be >= 1")
-        if abort_incomplete_upload_days < 1:
-            raise ValueError(f"abort_incomplete_upload_days: {abort_incomplete_upload_days} must be >= 1")
+        for prop, days in (
+            ("noncurrent_version_days", noncurrent_version_days),
+            ("abort_incomplete_upload_days", abort_incomplete_upload_days),
+        ):
+            require_literal(self, prop, days, "a lifecycle rule's Duration is built from it")
+            if days < 1:
+                raise ConstructValidationError(self, f"{prop}: {days} must be >= 1")
         self.bucket = s3.Bucket(
             self,
             "Bucket",

@@ -14,6 +14,9 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from llm_infra.config import DEFAULT_FSX_FREE_ALARM_PERCENT, DEFAULT_STALL_MINUTES, DEFAULT_STALL_PERCENT
+from llm_infra.constructs.validation import ConstructValidationError, require_literal
+
 CONTAINER_INSIGHTS = "ContainerInsights"
 FSX = "AWS/FSx"
 GIB = 1024**3
@@ -54,21 +57,33 @@ class TrainingObservability(Construct):
         fsx_storage_gib: int,
         metric_namespace: str,
         hyperpod: bool = False,
-        stall_fraction: float = 0.5,
-        stall_minutes: int = 10,
-        fsx_free_percent: float = 10.0,
+        stall_fraction: float = DEFAULT_STALL_PERCENT / 100,
+        stall_minutes: int = DEFAULT_STALL_MINUTES,
+        fsx_free_percent: float = float(DEFAULT_FSX_FREE_ALARM_PERCENT),
         alarm_emails: Sequence[str] = (),
         dashboard_name: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        # Thresholds and periods are computed here (math expressions, evaluation periods): known at synth.
+        for prop, value in (
+            ("stall_fraction", stall_fraction),
+            ("stall_minutes", stall_minutes),
+            ("fsx_free_percent", fsx_free_percent),
+            ("fsx_storage_gib", fsx_storage_gib),
+        ):
+            require_literal(self, prop, value, "alarm thresholds and periods are computed from it")
         if not 0 < stall_fraction < 1:
-            raise ValueError(f"stall_fraction: {stall_fraction} must lie strictly between 0 and 1")
+            raise ConstructValidationError(self, f"stall_fraction: {stall_fraction} must lie strictly between 0 and 1")
         if stall_minutes < 5 or stall_minutes % 5:
-            raise ValueError(f"stall_minutes: {stall_minutes} must be a multiple of 5 (the alarm period), >= 5")
+            raise ConstructValidationError(
+                self, f"stall_minutes: {stall_minutes} must be a multiple of 5 (the alarm period), >= 5"
+            )
         if not 0 < fsx_free_percent < 100:
-            raise ValueError(f"fsx_free_percent: {fsx_free_percent} must lie strictly between 0 and 100")
+            raise ConstructValidationError(
+                self, f"fsx_free_percent: {fsx_free_percent} must lie strictly between 0 and 100"
+            )
         if fsx_storage_gib < 1:
-            raise ValueError(f"fsx_storage_gib: {fsx_storage_gib} must be >= 1")
+            raise ConstructValidationError(self, f"fsx_storage_gib: {fsx_storage_gib} must be >= 1")
         self.cluster_name = cluster_name
         self.metric_namespace = metric_namespace
         self.hyperpod = hyperpod

@@ -25,7 +25,38 @@ from llm_infra.service_limits import (
     HYPERPOD_REGIONS,
     fsx_persistent_2_capacity_ok,
 )
-from llm_infra.versions import HYPERPOD_TRAINING_OPERATOR_ADDONS
+from llm_infra.versions import (
+    EFA_DEVICE_PLUGIN,
+    EKS_ADDONS,
+    HYPERPOD_TRAINING_OPERATOR_ADDONS,
+    KUBERAY_OPERATOR,
+    NVIDIA_DEVICE_PLUGIN,
+)
+
+# ---- defaults ------------------------------------------------------------------------------------
+# The one home of every default that a config key shares with a construct's keyword argument: the
+# dataclass below and the constructs' signatures (TrainingVpc, TrainingCluster, GpuNodeGroup,
+# LustreStorage, HyperPodCluster, HyperPodInstanceGroup, TrainingObservability) both read these, and
+# tests/test_defaults.py holds them equal.
+DEFAULT_VPC_CIDR = "10.0.0.0/16"
+DEFAULT_GPU_SUBNET_CIDR = "10.1.0.0/16"
+DEFAULT_GPU_AZ_ID = "use1-az4"
+DEFAULT_KUBERNETES_VERSION = "1.34"
+DEFAULT_GPU_INSTANCE_TYPE = "p5.48xlarge"
+DEFAULT_GPU_NODES = 2
+DEFAULT_GPU_ROOT_VOLUME_GIB = 500
+DEFAULT_HUGEPAGES_2MIB = 5120
+DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.xlarge"
+DEFAULT_SYSTEM_NODES = 2
+DEFAULT_ENDPOINT_ACCESS = "public-and-private"
+DEFAULT_FSX_STORAGE_GIB = 1200
+DEFAULT_FSX_THROUGHPUT = 250
+DEFAULT_DATA_PREFIX = "datasets/"
+DEFAULT_HYPERPOD_NODE_RECOVERY = "Automatic"
+DEFAULT_HYPERPOD_NODE_PROVISIONING = "continuous"
+DEFAULT_STALL_PERCENT = 50
+DEFAULT_STALL_MINUTES = 10
+DEFAULT_FSX_FREE_ALARM_PERCENT = 10
 
 COMPUTE_MODES = ("eks", "hyperpod")
 # Both compute modes: "SageMaker HyperPod supports Kubernetes versions 1.30, 1.31, 1.32, 1.33, 1.34,
@@ -70,11 +101,43 @@ _LEADING_VERSION_IN_TAG = re.compile(r"^(\d+\.\d+\.\d+)(?=-|$)")
 _EMAIL = re.compile(r"^[^@\s,]+@[^@\s,]+\.[^@\s,]+$")
 RECIPES = ("llama2-7b", "llama3-8b")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
+# SageMaker CreateCluster, TrainingPlanArn: arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:training-plan/.*
+_TRAINING_PLAN_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]*:[0-9]{12}:training-plan/.+$")
 # Who installs the Kubeflow training operator (PyTorchJob) and, on HyperPod, HyperPod's resilience
 # components: AWS's HyperPod Helm-chart stack, or you (none).
 OPERATOR_SOURCES = ("aws-helm-stack", "none")
+# AWS's per-region cluster-setup bucket that aws-helm-stack's nested stack loads its template (this key),
+# Lambda and layer from (constructs/hyperpod_dependencies.py; `llm-infra preflight` checks it).
+HYPERPOD_SETUP_BUCKET = "aws-sagemaker-hyperpod-cluster-setup-{region}-prod"
+HYPERPOD_HELM_TEMPLATE_KEY = "templates/helm-chart-template.yaml"
+# The HyperPod CPU instance group's instance type (compute=hyperpod, hyperpod_cpu_nodes of them).
+HYPERPOD_CPU_INSTANCE_TYPE = "ml.m5.2xlarge"
 _PLACEMENT_GROUP_NAME = re.compile(r"^[\w.:/+=@-]{1,255}$")
 _CONTEXT_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
+# Bring your own: the ids of existing resources (EC2 ids are 8 or 17 hex digits after the prefix).
+_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
+_SECURITY_GROUP_ID = re.compile(r"^sg-[0-9a-f]{8}([0-9a-f]{9})?$")
+_NAT_GATEWAY_ID = re.compile(r"^nat-[0-9a-f]{8}([0-9a-f]{9})?$")
+_FSX_ID = re.compile(r"^fs-[0-9a-f]{8}([0-9a-f]{9})?$")
+_FSX_DNS_NAME = re.compile(r"^fs-[0-9a-f]{8,17}\.fsx\.[a-z]{2}(-gov)?-[a-z]+-\d\.amazonaws\.com(\.cn)?$")
+_FSX_MOUNT_NAME = re.compile(r"^[a-z0-9]{1,8}$")
+# EKS CreateCluster: "The unique name to give to your cluster" (1-100, ^[0-9A-Za-z][A-Za-z0-9\-_]*).
+_EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
+
+# What the app installs in its EKS cluster: EKS add-ons by add-on name, Helm charts by chart name. On a
+# cluster it creates, all of them (the HyperPod ones with the HyperPod training operator); on an existing
+# cluster only those install_addons names, since its owner may run any of them already (AWS's Helm-chart
+# stack of the Kubeflow training operator follows `operators`).
+BOOTSTRAP_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+HYPERPOD_ADDONS = tuple(HYPERPOD_TRAINING_OPERATOR_ADDONS[DEFAULT_KUBERNETES_VERSION])
+INSTALLABLE = (
+    *EKS_ADDONS[DEFAULT_KUBERNETES_VERSION],
+    NVIDIA_DEVICE_PLUGIN.chart,
+    EFA_DEVICE_PLUGIN.chart,
+    KUBERAY_OPERATOR.chart,
+    *HYPERPOD_ADDONS,
+)
 
 
 class ConfigError(ValueError):
@@ -89,56 +152,82 @@ class TrainingConfig:
     account: str | None = None
     region: str | None = None
     compute: str = "eks"
-    kubernetes_version: str = "1.34"
-    vpc_cidr: str = "10.0.0.0/16"
-    gpu_subnet_cidr: str = "10.1.0.0/16"
-    gpu_az_id: str = "use1-az4"
-    gpu_instance_type: str = "p5.48xlarge"
-    gpu_nodes: int = 2
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    vpc_cidr: str = DEFAULT_VPC_CIDR
+    gpu_subnet_cidr: str = DEFAULT_GPU_SUBNET_CIDR
+    gpu_az_id: str = DEFAULT_GPU_AZ_ID
+    gpu_instance_type: str = DEFAULT_GPU_INSTANCE_TYPE
+    gpu_nodes: int = DEFAULT_GPU_NODES
     gpu_nodes_min: int | None = None
     gpu_nodes_max: int | None = None
     gpu_capacity: str | None = None
     capacity_reservation_id: str | None = None
     efa: bool | None = None
     efa_layout: str | None = None
-    gpu_root_volume_gib: int = 500
-    hugepages_2mib: int = 5120
-    system_instance_type: str = "m7i.xlarge"
-    system_nodes: int = 2
-    endpoint_access: str = "public-and-private"
+    gpu_root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB
+    hugepages_2mib: int = DEFAULT_HUGEPAGES_2MIB
+    system_instance_type: str = DEFAULT_SYSTEM_INSTANCE_TYPE
+    system_nodes: int = DEFAULT_SYSTEM_NODES
+    endpoint_access: str = DEFAULT_ENDPOINT_ACCESS
     admin_role_arn: str | None = None
-    fsx_storage_gib: int = 1200
-    fsx_throughput: int = 250
+    fsx_storage_gib: int = DEFAULT_FSX_STORAGE_GIB
+    fsx_throughput: int = DEFAULT_FSX_THROUGHPUT
     data_bucket: str | None = None
-    data_prefix: str = "datasets/"
+    data_prefix: str = DEFAULT_DATA_PREFIX
     dlc_image_tag: str = "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
     # The Ray head and workers' image: torch, Ray ray_version (named in its tag) and the EFA libraries,
     # i.e. workloads/Dockerfile built and pushed (unset: the image that image_asset=true builds from it).
     ray_image: str | None = None
     ray_version: str = "2.60.0"
-    hyperpod_node_recovery: str = "Automatic"
-    hyperpod_deep_health_checks: str = "InstanceStress,InstanceConnectivity"
-    # HyperPod CPU instance group (ml.m5.2xlarge); unset: 1 with the HyperPod training operator (its
+    hyperpod_node_recovery: str = DEFAULT_HYPERPOD_NODE_RECOVERY
+    hyperpod_deep_health_checks: str = ",".join(HYPERPOD_DEEP_HEALTH_CHECKS)
+    # HyperPod CPU instance group (HYPERPOD_CPU_INSTANCE_TYPE); unset: 1 with the HyperPod training operator (its
     # controller runs there), else 0.
     hyperpod_cpu_nodes: int | None = None
     hyperpod_training_plan_arn: str | None = None
     hyperpod_tiered_checkpointing_percent: int | None = None
     # continuous: NodeProvisioningMode Continuous (partial provisioning, retries, BatchAddClusterNodes);
     # standard: HyperPod's all-or-nothing scaling.
-    hyperpod_node_provisioning: str = "continuous"
+    hyperpod_node_provisioning: str = DEFAULT_HYPERPOD_NODE_PROVISIONING
     # Jobs as HyperPodPyTorchJob under the HyperPod training operator (EKS add-on); unset: on with
     # compute=hyperpod. false keeps Kubeflow PyTorchJobs there too.
     hyperpod_training_operator: bool | None = None
-    operators: str = "aws-helm-stack"
+    # Who installs the Kubeflow training operator (and, on HyperPod, its resilience components): unset =
+    # aws-helm-stack on a cluster this app creates, none on an existing one (its owner's). Always a string
+    # once constructed (__post_init__).
+    operators: str | None = None
     gpu_placement_group: str | None = None
     apply_jobs: bool = False
     image_asset: bool = False
     manifests_dir: str | None = None
     alarm_email: str | None = None
-    stall_percent: int = 50
-    stall_minutes: int = 10
-    fsx_free_alarm_percent: int = 10
+    stall_percent: int = DEFAULT_STALL_PERCENT
+    stall_minutes: int = DEFAULT_STALL_MINUTES
+    fsx_free_alarm_percent: int = DEFAULT_FSX_FREE_ALARM_PERCENT
     recipe: str = "llama2-7b"
+    # ---- bring your own (AWS's HyperPod template: CreateVPCStack, CreatePrivateSubnetStack,
+    # CreateEKSClusterStack, CreateFsxStack false with the ids they then need); ids are given, never
+    # looked up, so synth stays offline. docs/configuration.md#bring-your-own-vpc-cluster-or-file-system
+    existing_vpc_id: str | None = None
+    # comma list: the control plane's (or the existing cluster's) private subnets, >= 2 in two AZs
+    existing_private_subnet_ids: str | None = None
+    # the GPU subnet, in gpu_az_id; unset: created in the VPC on gpu_subnet_cidr, routed through...
+    existing_gpu_subnet_id: str | None = None
+    # ...this NAT gateway
+    existing_nat_gateway_id: str | None = None
+    existing_cluster_name: str | None = None
+    existing_cluster_security_group_id: str | None = None
+    # comma list: the add-ons and charts this app installs on an existing cluster (unset: none)
+    install_addons: str | None = None
+    existing_fsx_file_system_id: str | None = None
+    existing_fsx_dns_name: str | None = None
+    existing_fsx_mount_name: str | None = None
+    existing_fsx_security_group_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.operators is None:  # derived; with_() derives it again (an attribute, not a config key)
+            object.__setattr__(self, "_operators_unset", True)
+            object.__setattr__(self, "operators", "none" if self.existing_cluster_name else "aws-helm-stack")
 
     # ---- derived values -------------------------------------------------------------------
     @property
@@ -219,6 +308,25 @@ class TrainingConfig:
         """Where the stacks go: ``region``, else the region of ``gpu_az_id`` (None when neither says)."""
         return self.region or self.gpu_az_region
 
+    @property
+    def private_subnet_ids(self) -> tuple[str, ...]:
+        """``existing_private_subnet_ids`` split on commas."""
+        return _split(self.existing_private_subnet_ids)
+
+    @property
+    def existing_cluster(self) -> bool:
+        """Whether the EKS cluster exists already (``existing_cluster_name``): the app creates none."""
+        return self.existing_cluster_name is not None
+
+    @property
+    def installs(self) -> frozenset[str]:
+        """The add-ons and charts this app installs in the cluster: on a cluster it creates, all of them
+        (:data:`INSTALLABLE`, the HyperPod ones where they apply); on an existing one, ``install_addons``."""
+        if self.existing_cluster:
+            return frozenset(_split(self.install_addons))
+        hyperpod_operator = self.compute == "hyperpod" and self.uses_hyperpod_training_operator
+        return frozenset(name for name in INSTALLABLE if hyperpod_operator or name not in HYPERPOD_ADDONS)
+
     # ---- construction ---------------------------------------------------------------------
     @classmethod
     def from_context(cls, context: Mapping[str, Any]) -> TrainingConfig:
@@ -239,7 +347,7 @@ class TrainingConfig:
                 errors.append(f"{key}: unknown config key; known keys: {', '.join(sorted(known))}")
                 continue
             try:
-                values[key] = _parse(raw, types[key])
+                values[key] = _parse(raw, types[key], unset_words=("",) if key in _NONE_IS_A_VALUE else _UNSET)
             except ValueError as err:
                 errors.append(f"{key}: {err}")
         config = cls(**values)
@@ -251,7 +359,10 @@ class TrainingConfig:
         _raise_if_any(_check(self))
 
     def with_(self, **changes: Any) -> TrainingConfig:
-        """A validated copy with some fields changed (handy in tests and user apps)."""
+        """A validated copy with some fields changed (handy in tests and user apps); a key left unset
+        keeps its derived default (``operators`` follows ``existing_cluster_name``)."""
+        if getattr(self, "_operators_unset", False):
+            changes.setdefault("operators", None)
         config = dataclasses.replace(self, **changes)
         config.validate()
         return config
@@ -262,11 +373,17 @@ def _raise_if_any(errors: list[str]) -> None:
         raise ConfigError("invalid llm-infra configuration:\n  - " + "\n  - ".join(errors))
 
 
-def _parse(raw: Any, annotation: Any) -> Any:
+# What unsets an optional key given as a string (`-c key=`); for the keys in _NONE_IS_A_VALUE only the
+# empty string does, since `none` is one of their values (operators=none).
+_UNSET = ("", "none", "null")
+_NONE_IS_A_VALUE = frozenset({"operators"})
+
+
+def _parse(raw: Any, annotation: Any, unset_words: tuple[str, ...] = _UNSET) -> Any:
     """Parse a context value (a JSON value from cdk.json, or a string from ``-c``)."""
     text = str(annotation)
     optional = "None" in text
-    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in ("", "none", "null")):
+    if raw is None or (optional and isinstance(raw, str) and raw.strip().lower() in unset_words):
         if not optional:
             raise ValueError("a value is required")
         return None
@@ -289,6 +406,11 @@ def _parse(raw: Any, annotation: Any) -> Any:
         except ValueError:
             raise ValueError(f"expected an integer, got {raw!r}") from None
     return str(raw).strip()
+
+
+def _split(value: str | None) -> tuple[str, ...]:
+    """A comma list: its items, stripped, empty ones dropped."""
+    return tuple(item.strip() for item in (value or "").split(",") if item.strip())
 
 
 def _one_of(key: str, value: Any, allowed: tuple[Any, ...]) -> list[str]:
@@ -319,6 +441,7 @@ def _check(c: TrainingConfig) -> list[str]:
     if c.admin_role_arn is not None and not _ROLE_ARN.match(c.admin_role_arn):
         errors.append(f"admin_role_arn: {c.admin_role_arn!r} must be an IAM role ARN")
     errors += _check_storage(c)
+    errors += _check_existing(c)
     errors += _check_operators(c)
     errors += _check_observability(c)
     errors += _one_of("recipe", c.recipe, RECIPES)
@@ -403,7 +526,11 @@ def _check_gpu_nodes(c: TrainingConfig) -> list[str]:
 
 def _check_storage(c: TrainingConfig) -> list[str]:
     errors: list[str] = []
-    if not fsx_persistent_2_capacity_ok(c.fsx_storage_gib):
+    if c.existing_fsx_file_system_id is not None:
+        # Its size, for the volume and the free-capacity alarm; whatever deployment type it has.
+        if c.fsx_storage_gib < 1:
+            errors.append(f"fsx_storage_gib: {c.fsx_storage_gib} must be the existing file system's size in GiB")
+    elif not fsx_persistent_2_capacity_ok(c.fsx_storage_gib):
         errors.append(
             f"fsx_storage_gib: {c.fsx_storage_gib} is not allowed for PERSISTENT_2; "
             f"allowed: {FSX_PERSISTENT_2_CAPACITY_RULE}"
@@ -413,6 +540,109 @@ def _check_storage(c: TrainingConfig) -> list[str]:
         errors.append(f"data_bucket: {c.data_bucket!r} is not a valid S3 bucket name")
     if c.data_prefix.startswith("/") or not c.data_prefix.endswith("/"):
         errors.append(f"data_prefix: {c.data_prefix!r} must be a key prefix ending in '/', e.g. datasets/")
+    return errors
+
+
+# The id keys of existing resources: their pattern and an example.
+_EXISTING_IDS = {
+    "existing_vpc_id": (_VPC_ID, "vpc-0123456789abcdef0"),
+    "existing_gpu_subnet_id": (_SUBNET_ID, "subnet-0123456789abcdef0"),
+    "existing_nat_gateway_id": (_NAT_GATEWAY_ID, "nat-0123456789abcdef0"),
+    "existing_cluster_security_group_id": (_SECURITY_GROUP_ID, "sg-0123456789abcdef0"),
+    "existing_fsx_file_system_id": (_FSX_ID, "fs-0123456789abcdef0"),
+    "existing_fsx_security_group_id": (_SECURITY_GROUP_ID, "sg-0123456789abcdef0"),
+}
+
+
+def _needs(c: TrainingConfig, key: str, *required: str, why: str) -> list[str]:
+    """``key`` is set: each of ``required`` must be too."""
+    if getattr(c, key) is None:
+        return []
+    return [f"{other}: required with {key} ({why})" for other in required if getattr(c, other) is None]
+
+
+def _check_existing(c: TrainingConfig) -> list[str]:
+    """Bring your own VPC, cluster or file system: the ids, and what each needs beside it (AWS's HyperPod
+    template asks the same when its Create*Stack switches are false: VpcId, PrivateSubnetIds, NatGatewayIds,
+    EKSClusterName, SecurityGroupIds, FsxFileSystemId)."""
+    errors: list[str] = []
+    for key, (pattern, example) in _EXISTING_IDS.items():
+        value = getattr(c, key)
+        if value is not None and not pattern.match(value):
+            errors.append(f"{key}: {value!r} is not an id such as {example}")
+    errors += [
+        f"existing_private_subnet_ids: {subnet!r} is not a subnet id such as subnet-0123456789abcdef0"
+        for subnet in c.private_subnet_ids
+        if not _SUBNET_ID.match(subnet)
+    ]
+    if c.existing_fsx_dns_name is not None and not _FSX_DNS_NAME.match(c.existing_fsx_dns_name):
+        errors.append(
+            f"existing_fsx_dns_name: {c.existing_fsx_dns_name!r} is not a file system's DNS name such as "
+            "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"
+        )
+    if c.existing_fsx_mount_name is not None and not _FSX_MOUNT_NAME.match(c.existing_fsx_mount_name):
+        errors.append(f"existing_fsx_mount_name: {c.existing_fsx_mount_name!r} is not a mount name such as abcdefgh")
+    if c.existing_cluster_name is not None and not _EKS_CLUSTER_NAME.match(c.existing_cluster_name):
+        errors.append(
+            f"existing_cluster_name: {c.existing_cluster_name!r} is not an EKS cluster name (1-100 letters, digits, "
+            "'-' and '_', starting with a letter or digit)"
+        )
+    errors += _check_existing_network(c)
+    errors += _needs(c, "existing_cluster_name", "existing_vpc_id", why="its VPC: the GPU subnet and nodes go there")
+    errors += _needs(
+        c,
+        "existing_cluster_name",
+        "existing_cluster_security_group_id",
+        why="the cluster security group EKS made: the GPU nodes, HyperPod and the Lustre rules use it",
+    )
+    errors += _needs(c, "existing_cluster_security_group_id", "existing_cluster_name", why="whose group it is")
+    errors += _check_install_addons(c)
+    fsx_keys = ("existing_fsx_dns_name", "existing_fsx_mount_name", "existing_fsx_security_group_id")
+    errors += _needs(
+        c, "existing_fsx_file_system_id", "existing_vpc_id", why="its VPC: the groups it admits must be there"
+    )
+    errors += _needs(c, "existing_fsx_file_system_id", *fsx_keys, why="what the nodes mount and what admits them")
+    for key in fsx_keys:
+        errors += _needs(c, key, "existing_fsx_file_system_id", why="the file system it belongs to")
+    return errors
+
+
+def _check_existing_network(c: TrainingConfig) -> list[str]:
+    errors = _needs(c, "existing_vpc_id", "existing_private_subnet_ids", why="the private subnets, >= 2 in two AZs")
+    for key in ("existing_private_subnet_ids", "existing_gpu_subnet_id", "existing_nat_gateway_id"):
+        errors += _needs(c, key, "existing_vpc_id", why="the VPC they belong to")
+    if c.existing_private_subnet_ids is not None and len(set(c.private_subnet_ids)) < 2:
+        errors.append(
+            f"existing_private_subnet_ids: {c.existing_private_subnet_ids!r} names {len(set(c.private_subnet_ids))}; "
+            "give >= 2 private subnets in two AZs, comma-separated"
+        )
+    if c.existing_vpc_id is not None and c.existing_gpu_subnet_id is None and c.existing_nat_gateway_id is None:
+        errors.append(
+            "existing_nat_gateway_id: required with existing_vpc_id when the GPU subnet is created in it (its route "
+            "to the internet); or give the GPU subnet with existing_gpu_subnet_id"
+        )
+    if c.existing_gpu_subnet_id is not None and c.existing_nat_gateway_id is not None:
+        errors.append("existing_nat_gateway_id: only for a GPU subnet this app creates; existing_gpu_subnet_id is set")
+    return errors
+
+
+def _check_install_addons(c: TrainingConfig) -> list[str]:
+    if c.install_addons is None:
+        return []
+    if not c.existing_cluster:
+        return ["install_addons: only with existing_cluster_name (a cluster this app creates gets all of them)"]
+    names = _split(c.install_addons)
+    errors = [
+        f"install_addons: {name!r} is not one this app installs; allowed: {', '.join(INSTALLABLE)}"
+        for name in names
+        if name not in INSTALLABLE
+    ]
+    hyperpod_only = [name for name in names if name in HYPERPOD_ADDONS]
+    if hyperpod_only and not (c.compute == "hyperpod" and c.uses_hyperpod_training_operator):
+        errors.append(
+            f"install_addons: {', '.join(hyperpod_only)} belong to the HyperPod training operator, which needs "
+            "compute=hyperpod (and hyperpod_training_operator not false)"
+        )
     return errors
 
 
@@ -428,8 +658,8 @@ def _check_operators(c: TrainingConfig) -> list[str]:
     region = c.deploy_region
     if c.operators == "aws-helm-stack" and region and region not in HYPERPOD_REGIONS:
         errors.append(
-            f"operators: aws-helm-stack loads AWS's Helm-chart stack from aws-sagemaker-hyperpod-cluster-setup-"
-            f"{region}-prod, which exists only in SageMaker HyperPod regions and not in {region}; set "
+            f"operators: aws-helm-stack loads AWS's Helm-chart stack from {HYPERPOD_SETUP_BUCKET.format(region=region)}"
+            f", which exists only in SageMaker HyperPod regions and not in {region}; set "
             f"operators=none (and install the training operator yourself) or deploy to one of: "
             f"{', '.join(HYPERPOD_REGIONS)}"
         )
@@ -469,6 +699,12 @@ def _check_hyperpod(c: TrainingConfig) -> list[str]:
         )
     if c.gpu_placement_group is not None:
         errors.append("gpu_placement_group: HyperPod places its instances itself; leave it unset with compute=hyperpod")
+    plan = c.hyperpod_training_plan_arn
+    if plan is not None and not _TRAINING_PLAN_ARN.match(plan):
+        errors.append(
+            f"hyperpod_training_plan_arn: {plan!r} is not a SageMaker training plan ARN such as "
+            "arn:aws:sagemaker:us-east-1:123456789012:training-plan/my-plan"
+        )
     pct = c.hyperpod_tiered_checkpointing_percent
     if pct is not None and not 1 <= pct <= 100:
         errors.append(f"hyperpod_tiered_checkpointing_percent: {pct} must lie in 1..100")

@@ -7,18 +7,24 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct, DependencyGroup, IDependable
 
-from llm_infra.config import TrainingConfig
+from llm_infra.config import HYPERPOD_CPU_INSTANCE_TYPE, TrainingConfig
 from llm_infra.constructs.gpu_node_group import GpuNodeGroup
 from llm_infra.constructs.hugging_face_token import HuggingFaceToken
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInstanceGroup
 from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies, chart_switches
-from llm_infra.constructs.hyperpod_training_operator import HyperPodTrainingOperator
+from llm_infra.constructs.hyperpod_training_operator import (
+    CERT_MANAGER_ADDON,
+    OPERATOR_ADDON,
+    HyperPodTrainingOperator,
+)
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
-from llm_infra.constructs.training_cluster import TrainingCluster
+from llm_infra.constructs.training_cluster import ExistingTrainingCluster, TrainingCluster
 from llm_infra.constructs.training_job_role import TrainingJobRole
 from llm_infra.constructs.training_observability import TrainingObservability
+from llm_infra.constructs.validation import ConstructValidationError
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.stacks.workloads import ClusterWorkloads, training_image_tag_prefix
+from llm_infra.versions import KUBERAY_OPERATOR
 
 # The construct ID of AWS's Helm-chart stack in this stack (`llm-infra preflight` finds the deployed one by it).
 OPERATORS_ID = "Operators"
@@ -39,7 +45,7 @@ class ClusterStack(cdk.Stack):
         control_plane_subnets: list[ec2.ISubnet],
         gpu_subnet: ec2.ISubnet,
         efa_security_group: ec2.ISecurityGroup,
-        fsx_security_group: ec2.ISecurityGroup,
+        lustre: ec2.IConnectable,
         training_access_policy: iam.IManagedPolicy,
         hf_token: HuggingFaceToken,
         workloads: WorkloadValues,
@@ -51,19 +57,38 @@ class ClusterStack(cdk.Stack):
                 cdk.DefaultStackSynthesizer(docker_tag_prefix=training_image_tag_prefix(config.ray_version)),
             )
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
-        self.training_cluster = TrainingCluster(
-            self,
-            "Eks",
-            vpc=vpc,
-            subnets=control_plane_subnets,
-            kubernetes_version=config.kubernetes_version,
-            system_instance_type=config.system_instance_type,
-            system_nodes=config.system_nodes,
-            endpoint_access=config.endpoint_access,
-            admin_role_arn=config.admin_role_arn,
-            gpu_instance_types=[gpu_instance_type(config)],
-        )
-        self._allow_lustre_from_cluster_nodes(fsx_security_group)
+        self.training_cluster: TrainingCluster | ExistingTrainingCluster
+        if config.existing_cluster_name:
+            # AWS's HyperPod template: CreateEKSClusterStack false, EKSClusterName and SecurityGroupIds.
+            assert config.existing_cluster_security_group_id
+            self.training_cluster = TrainingCluster.from_existing(
+                self,
+                "Eks",
+                cluster_name=config.existing_cluster_name,
+                cluster_security_group_id=config.existing_cluster_security_group_id,
+                vpc=vpc,
+                subnets=control_plane_subnets,
+                kubernetes_version=config.kubernetes_version,
+                install=config.installs,
+                system_instance_type=config.system_instance_type,
+                system_nodes=config.system_nodes,
+                admin_role_arn=config.admin_role_arn,
+                gpu_instance_types=[gpu_instance_type(config)],
+            )
+        else:
+            self.training_cluster = TrainingCluster(
+                self,
+                "Eks",
+                vpc=vpc,
+                subnets=control_plane_subnets,
+                kubernetes_version=config.kubernetes_version,
+                system_instance_type=config.system_instance_type,
+                system_nodes=config.system_nodes,
+                endpoint_access=config.endpoint_access,
+                admin_role_arn=config.admin_role_arn,
+                gpu_instance_types=[gpu_instance_type(config)],
+            )
+        self._allow_lustre_from_cluster_nodes(lustre)
         self.operators: HyperPodDependencies | None = None
         if config.operators == "aws-helm-stack":
             self.operators = HyperPodDependencies(
@@ -81,9 +106,14 @@ class ClusterStack(cdk.Stack):
         if config.compute == "hyperpod":
             self.hyperpod = self._hyperpod(config, gpu_subnet, efa_security_group)
             cdk.CfnOutput(self, "HyperPodClusterName", value=self.hyperpod.cluster_name)
-            if config.uses_hyperpod_training_operator:
+            # On an existing cluster only when install_addons names it (its owner may run it).
+            if config.uses_hyperpod_training_operator and OPERATOR_ADDON in config.installs:
                 self.training_operator = HyperPodTrainingOperator(
-                    self, "HyperPodTrainingOperator", training_cluster=self.training_cluster, hyperpod=self.hyperpod
+                    self,
+                    "HyperPodTrainingOperator",
+                    training_cluster=self.training_cluster,
+                    hyperpod=self.hyperpod,
+                    cert_manager=CERT_MANAGER_ADDON in config.installs,
                 )
         else:
             self.gpu_nodes = self._gpu_node_group(config, gpu_subnet, efa_security_group)
@@ -112,6 +142,7 @@ class ClusterStack(cdk.Stack):
             apply_jobs=config.apply_jobs,
             training_operator=self._job_operators(),
             image_asset=config.image_asset,
+            kuberay_operator=KUBERAY_OPERATOR.chart in config.installs,
         )
         if self.workloads.training_image is not None:  # k8s_manifests/render.py reads it for the Ray pods
             cdk.CfnOutput(self, "TrainingImageUri", value=self.workloads.training_image.image_uri)
@@ -133,46 +164,54 @@ class ClusterStack(cdk.Stack):
             installers.append(self.training_operator.addon)
         return DependencyGroup(*installers) if installers else None
 
-    def _allow_lustre_from_cluster_nodes(self, fsx_security_group: ec2.ISecurityGroup) -> None:
+    def _allow_lustre_from_cluster_nodes(self, lustre: ec2.IConnectable) -> None:
         """Lustre between the file system and every node that carries the cluster security group:
         system nodes (the data-prep Job, the Ray head and Redis mount FSx there), GPU nodes' primary
         interface, HyperPod. Both ways, as the FSx guide asks of every client group ("Lustre client VPC
         security group rules"): clients reach the servers, and the servers reach back (reconnects).
 
-        The rules live in this stack: the storage stack comes first and cannot name this group.
+        The rules live in this stack, on the clients' side: the storage stack comes first and cannot
+        name this group. They are what ``allow_lustre_from_clients_side(cluster_group, lustre)`` makes,
+        written as L1 rules under the logical IDs deployed stacks already hold (CDK's own IDs for the
+        same rules differ, and a renamed rule is created before the old one is deleted, which EC2
+        refuses as a duplicate).
         """
         cluster_sg = self.training_cluster.cluster_security_group
-        directions = (
-            (
-                "LustreFromClusterNodes",
-                fsx_security_group,
-                cluster_sg,
-                "Lustre clients: EKS cluster security group (system, GPU and HyperPod nodes)",
-            ),
-            (
-                "LustreToClusterNodes",
-                cluster_sg,
-                fsx_security_group,
-                "Lustre servers to their clients on the EKS cluster security group",
-            ),
-        )
-        for name, group, source, description in directions:
-            for index, port in enumerate(LUSTRE_PORTS):
-                ports = port.to_rule_json()
-                ec2.CfnSecurityGroupIngress(
-                    self,
-                    f"{name}{index}",
-                    group_id=group.security_group_id,
-                    source_security_group_id=source.security_group_id,
-                    ip_protocol="tcp",
-                    from_port=ports["fromPort"],
-                    to_port=ports["toPort"],
-                    description=description,
-                )
+        for group_index, fsx_group in enumerate(lustre.connections.security_groups):
+            suffix = "" if group_index == 0 else f"Group{group_index}-"
+            directions = (
+                (
+                    f"LustreFromClusterNodes{suffix}",
+                    fsx_group,
+                    cluster_sg,
+                    "Lustre clients: EKS cluster security group (system, GPU and HyperPod nodes)",
+                ),
+                (
+                    f"LustreToClusterNodes{suffix}",
+                    cluster_sg,
+                    fsx_group,
+                    "Lustre servers to their clients on the EKS cluster security group",
+                ),
+            )
+            for name, group, source, description in directions:
+                for index, port in enumerate(LUSTRE_PORTS):
+                    ports = port.to_rule_json()
+                    ec2.CfnSecurityGroupIngress(
+                        self,
+                        f"{name}{index}",
+                        group_id=group.security_group_id,
+                        source_security_group_id=source.security_group_id,
+                        ip_protocol="tcp",
+                        from_port=ports["fromPort"],
+                        to_port=ports["toPort"],
+                        description=description,
+                    )
 
     def _observability(self, config: TrainingConfig, workloads: WorkloadValues) -> TrainingObservability:
         if workloads.fsx is None:
-            raise ValueError("workloads: the cluster stack needs the FSx volume's ids (workload_values)")
+            raise ConstructValidationError(
+                self, "workloads: the cluster stack needs the FSx volume's ids (workload_values)"
+            )
         dashboard_name = f"{config.project_name}-training"
         observability = TrainingObservability(
             self,
@@ -238,7 +277,7 @@ class ClusterStack(cdk.Stack):
             groups.append(
                 HyperPodInstanceGroup(
                     name="cpu",
-                    instance_type="ml.m5.2xlarge",
+                    instance_type=HYPERPOD_CPU_INSTANCE_TYPE,
                     count=config.hyperpod_cpu_count,
                     storage_volumes_gib=(),
                     deep_health_checks=(),

@@ -1,4 +1,5 @@
-"""StorageStack: FSx for Lustre, the data and checkpoint buckets, the Hugging Face token secret.
+"""StorageStack: FSx for Lustre (or an existing file system), the data and checkpoint buckets, the Hugging
+Face token secret.
 
 Nothing here is ever deleted."""
 
@@ -12,7 +13,7 @@ from constructs import Construct
 
 from llm_infra.config import TrainingConfig
 from llm_infra.constructs.hugging_face_token import HuggingFaceToken
-from llm_infra.constructs.lustre_storage import LustreStorage
+from llm_infra.constructs.lustre_storage import ExistingLustreStorage, LustreStorage
 from llm_infra.constructs.nag import acknowledge, bucket_objects_finding
 from llm_infra.constructs.training_bucket import (
     READ_OBJECT_ACTIONS,
@@ -47,17 +48,31 @@ class StorageStack(cdk.Stack):
         else:
             self.data_bucket = TrainingBucket(self, "Data").bucket
         self.checkpoints = TrainingBucket(self, "Checkpoints")
-        self.lustre = LustreStorage(
-            self,
-            "Lustre",
-            vpc=vpc,
-            subnet=subnet,
-            data_bucket=self.data_bucket,
-            data_prefix=config.data_prefix,
-            storage_capacity_gib=config.fsx_storage_gib,
-            throughput_per_tib=config.fsx_throughput,
-        )
-        self.lustre.allow_clients(clients, "Lustre clients: GPU nodes")
+        self.lustre: LustreStorage | ExistingLustreStorage
+        if config.existing_fsx_file_system_id:  # AWS's HyperPod template: CreateFsxStack, FsxFileSystemId
+            assert config.existing_fsx_dns_name and config.existing_fsx_mount_name
+            assert config.existing_fsx_security_group_id
+            self.lustre = LustreStorage.from_existing(
+                self,
+                "Lustre",
+                file_system_id=config.existing_fsx_file_system_id,
+                dns_name=config.existing_fsx_dns_name,
+                mount_name=config.existing_fsx_mount_name,
+                security_group_id=config.existing_fsx_security_group_id,
+            )
+        else:
+            self.lustre = LustreStorage(
+                self,
+                "Lustre",
+                vpc=vpc,
+                subnet=subnet,
+                data_bucket=self.data_bucket,
+                data_prefix=config.data_prefix,
+                storage_capacity_gib=config.fsx_storage_gib,
+                throughput_per_tib=config.fsx_throughput,
+            )
+        # The clients' groups come from the network stack, before this one: the rules live here.
+        self.lustre.connections.allow_default_port_from(clients, "Lustre clients: GPU nodes")
 
         self.training_access_policy = iam.ManagedPolicy(
             self,

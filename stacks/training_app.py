@@ -48,7 +48,7 @@ def add_training_stacks(app: cdk.App, config: TrainingConfig, *, nag: bool = Tru
         control_plane_subnets=network.network.private_subnets,
         gpu_subnet=network.network.gpu_subnet,
         efa_security_group=network.efa.security_group,
-        fsx_security_group=storage.lustre.security_group,
+        lustre=storage.lustre,
         training_access_policy=storage.training_access_policy,
         hf_token=storage.hf_token,
         workloads=workload_values(config, storage.lustre, checkpoint_bucket=storage.checkpoints.bucket),

@@ -11,8 +11,9 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct, IDependable
 
 from llm_infra.config import TrainingConfig
-from llm_infra.constructs.lustre_storage import LustreStorage
-from llm_infra.constructs.training_cluster import TrainingCluster
+from llm_infra.constructs.lustre_storage import ILustreStorage
+from llm_infra.constructs.training_cluster import ExistingTrainingCluster, TrainingCluster
+from llm_infra.constructs.validation import ConstructValidationError
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.render import JOB_CHARTS, build_charts
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
@@ -28,7 +29,7 @@ def training_image_tag_prefix(ray_version: str) -> str:
 
 
 def workload_values(
-    config: TrainingConfig, lustre: LustreStorage, *, checkpoint_bucket: s3.IBucket | None = None
+    config: TrainingConfig, lustre: ILustreStorage, *, checkpoint_bucket: s3.IBucket | None = None
 ) -> WorkloadValues:
     """The one bridge: the charts get the file system's (and the checkpoint bucket's) CDK tokens as
     plain strings."""
@@ -51,6 +52,7 @@ class ClusterWorkloads(Construct):
     and operator: Kubeflow's for PyTorchJob, the HyperPod training operator add-on for
     HyperPodPyTorchJob); the RayCluster and recipes run on demand from ``k8s_manifests/dist/``.
     With ``image_asset``, ``training_image`` is the image ``cdk deploy`` builds from workloads/Dockerfile.
+    ``kuberay_operator=False`` leaves the KubeRay operator to the cluster's owner (an existing cluster).
     """
 
     def __init__(
@@ -58,15 +60,18 @@ class ClusterWorkloads(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        training_cluster: TrainingCluster,
+        training_cluster: TrainingCluster | ExistingTrainingCluster,
         values: WorkloadValues,
         apply_jobs: bool = False,
         training_operator: IDependable | None = None,
         image_asset: bool = False,
+        kuberay_operator: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         if apply_jobs and training_operator is None:
-            raise ValueError("training_operator: required with apply_jobs (the jobs need their operator's CRD)")
+            raise ConstructValidationError(
+                self, "training_operator: required with apply_jobs (the jobs need their operator's CRD)"
+            )
         self.training_image: ecr_assets.DockerImageAsset | None = None
         if image_asset:
             # The DLC image with the payload, Ray and tokenizers baked in, built and pushed by `cdk deploy`.
@@ -83,8 +88,12 @@ class ClusterWorkloads(Construct):
             )
             values = replace(values, image=image.image_uri, ray_image=image.image_uri)
         self.values = values
-        self.kuberay_operator = training_cluster.add_pinned_helm_chart(
-            "KubeRayOperator", KUBERAY_OPERATOR, {"tolerations": [HEALTH_STATUS_TOLERATION]}, scope=self
+        self.kuberay_operator = (
+            training_cluster.add_pinned_helm_chart(
+                "KubeRayOperator", KUBERAY_OPERATOR, {"tolerations": [HEALTH_STATUS_TOLERATION]}, scope=self
+            )
+            if kuberay_operator
+            else None
         )
         charts = build_charts(cdk8s.App(), values, jobs=apply_jobs, ray=False)
         self.manifests: dict[str, eks.KubernetesManifest] = {}

@@ -108,6 +108,13 @@ def test_capacity_reservation_id_implies_reservation_capacity() -> None:
             ],
         ),
         ({"compute": "hyperpod", "hyperpod_cpu_nodes": "-1"}, ["hyperpod_cpu_nodes: -1 must be >= 0"]),
+        (
+            {"compute": "hyperpod", "hyperpod_training_plan_arn": "p5-plan"},
+            ["hyperpod_training_plan_arn: 'p5-plan' is not a SageMaker training plan ARN"],
+        ),
+        ({"existing_vpc_id": "vpc-1"}, ["existing_vpc_id: 'vpc-1' is not an id such as vpc-0123456789abcdef0"]),
+        ({"install_addons": "vpc-cni"}, ["install_addons: only with existing_cluster_name"]),
+        ({"operators": "helm"}, ["operators: 'helm' is not allowed; allowed: aws-helm-stack, none"]),
         ({"account": "12345"}, ["account: '12345' must be a 12-digit"]),
         ({"admin_role_arn": "arn:aws:iam::123456789012:user/bob"}, ["admin_role_arn"]),
         ({"gpu_node": "4"}, ["gpu_node: unknown config key", "gpu_nodes"]),
@@ -137,3 +144,11 @@ def test_instance_profiles_carry_the_nic_layout() -> None:
     assert not instance_profile("g5.2xlarge").efa_supported
     with pytest.raises(ValueError, match="unknown GPU instance type 'x1.big'"):
         instance_profile("x1.big")
+
+
+def test_operators_unset_is_a_string_for_every_reader() -> None:
+    # Unset, operators is derived (aws-helm-stack on a cluster the app creates); readers compare strings.
+    assert from_context().operators == "aws-helm-stack"
+    assert from_context(operators="").operators == "aws-helm-stack"
+    assert from_context(operators="none").operators == "none"
+    assert TrainingConfig() == TrainingConfig(operators="aws-helm-stack")

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import aws_cdk as cdk
+import byo
 import pytest
 from aws_cdk import aws_s3 as s3
 
 from conftest import hyperpod_config
-from llm_infra.config import TrainingConfig
+from llm_infra.config import HYPERPOD_ADDONS, INSTALLABLE, TrainingConfig
 from llm_infra.constructs.nag import acknowledge, managed_policy_finding
 from llm_infra.stacks.training_app import add_training_stacks
 
@@ -24,6 +25,11 @@ CONFIGS = {
         gpu_capacity="capacity-block",
         capacity_reservation_id="cr-0123456789abcdef0",
         data_bucket="my-datasets",
+    ),
+    # Bring your own: an existing VPC, EKS cluster, FSx for Lustre file system, alone and together.
+    **byo.CONFIGS,
+    "byo-cluster-with-addons": TrainingConfig(
+        **byo.VPC, **byo.CLUSTER, install_addons=",".join(name for name in INSTALLABLE if name not in HYPERPOD_ADDONS)
     ),
 }
 
