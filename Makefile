@@ -2,6 +2,8 @@
 # `make test`:  the same set-up and `make k8s`, then the whole test suite (this is what CI runs). The upstream CRD
 #               schemas come from $LLM_INFRA_CRDS_DIR if set, else `make crds` fetches them (pinned,
 #               sha256-checked) into .cache/crds.
+# `make test-fast`: the inner loop: ruff, mypy and the fast tier (every test that needs no control plane, no
+#               torchrun and no synth beyond the default app; tests/tiers.py derives each test's tier).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,7 +14,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test lint clean crds dashboard k8s k8s-for-tests docs rehearse checkov
+.PHONY: setup synth test test-fast lint clean crds dashboard k8s k8s-for-tests docs rehearse checkov
 
 setup: $(STAMP)
 
@@ -36,7 +38,14 @@ dashboard: synth
 # `make k8s`; test builds it first (a fresh machine: about 10 minutes of Go, once). A piece that cannot be built
 # here (no Go, a module the proxy refuses) is reported, and only the tests that need it skip, with the reason.
 test: $(STAMP) lint crds checkov k8s-for-tests
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
+
+# The tiers are pytest markers set from the fixtures each test uses (tests/tiers.py); tests/test_tiers.py holds
+# this expression to exactly the tests of no tier.
+FAST_TIER := not control_plane and not torch_launch and not extra_synth
+
+test-fast: $(STAMP) lint crds
+	$(BIN)/python -m pytest -q --durations=25 -m "$(FAST_TIER)"
 
 k8s-for-tests:
 	-k8s/build.sh

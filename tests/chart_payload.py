@@ -9,12 +9,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from conftest import TorchLaunch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = REPO_ROOT / "workloads"
@@ -74,32 +75,21 @@ def health_check_output(argv: tuple[str, ...], gpu_fixture: str) -> tuple[str, i
     return out.getvalue(), code
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_TORCHRUN_OUTPUTS: dict[tuple[str, tuple[str, ...], int], tuple[str, int]] = {}
 
 
-@functools.cache
-def torchrun_output(script: str, args: tuple[str, ...], max_restarts: int) -> tuple[str, int]:
-    """``script`` under torchrun, 2 CPU ranks (gloo), both streams as a pod log has them."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{_free_port()}",
-        f"--max-restarts={max_restarts}",
-        "--monitor-interval=0.5",
-        str(WORKLOADS / script),
-        *args,
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=WORKLOADS, env=env)
-    return result.stdout + result.stderr, result.returncode
+def torchrun_output(
+    launch: TorchLaunch | None, script: str, args: tuple[str, ...], max_restarts: int
+) -> tuple[str, int]:
+    """``script`` under torchrun, 2 CPU ranks (gloo), both streams as a pod log has them; run once per process
+    (``launch``: the ``torch_launch`` fixture, which a test that runs the payload asks for)."""
+    key = (script, args, max_restarts)
+    if key not in _TORCHRUN_OUTPUTS:
+        if launch is None:
+            raise AssertionError(f"{script} runs under torchrun: pass the torch_launch fixture to ChartPayload")
+        result = launch.run(script, args, max_restarts=max_restarts)
+        _TORCHRUN_OUTPUTS[key] = (result.stdout + result.stderr, result.returncode)
+    return _TORCHRUN_OUTPUTS[key]
 
 
 # What runs where a GPU would: arguments appended to the chart's (argparse keeps the last value).
@@ -114,12 +104,20 @@ class ChartPayload:
     """A pod's log and exit code: the real payload run with the pod's own command from the chart.
 
     ``faulty_nodes`` answer the health check with a recorded faulty GPU listing (7 GPUs, ECC errors);
-    ``busbw_floor`` replaces the chart's all-reduce floor (a CPU's bandwidth is far below a p5's).
+    ``busbw_floor`` replaces the chart's all-reduce floor (a CPU's bandwidth is far below a p5's); ``launch``:
+    the ``torch_launch`` fixture, for the jobs that run under torchrun (the health check runs in-process).
     """
 
-    def __init__(self, *, faulty_nodes: frozenset[str] = frozenset(), busbw_floor: float | None = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        faulty_nodes: frozenset[str] = frozenset(),
+        busbw_floor: float | None = 0.0,
+        launch: TorchLaunch | None = None,
+    ) -> None:
         self.faulty_nodes = faulty_nodes
         self.busbw_floor = busbw_floor
+        self.launch = launch
 
     def __call__(self, job: dict[str, Any], pod_index: int, node: str) -> tuple[str, int]:
         command = list(pod_template(job)["spec"]["containers"][0]["command"])
@@ -133,7 +131,7 @@ class ChartPayload:
             args.append(f"--min-busbw-gbps={self.busbw_floor:g}")
         if script == "train.py":
             args.append(f"--checkpoint-dir={checkpoint_root() / job['metadata']['name']}")
-        log, code = torchrun_output(script, tuple(args), max_restarts(job))
+        log, code = torchrun_output(self.launch, script, tuple(args), max_restarts(job))
         return (log if pod_index == 0 else "", code)  # rank 0 lives in the first pod
 
     def warm(self, jobs: list[dict[str, Any]], nodes: list[str]) -> None:

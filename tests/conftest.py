@@ -1,6 +1,11 @@
 """Shared fixtures: synthesize the app once per configuration and hand out the templates; for the
 command tests, the CLI in-process against local AWS (moto, botocore's Stubber) and the real control plane
-(tests/kwok_cluster.py)."""
+(tests/kwok_cluster.py), one per session (tests/shared_plane.py); torchrun on CPU for the payload's runs.
+
+Each test's tier (tests/tiers.py) follows from the fixtures it uses: ``k8s_binaries`` (a control plane),
+``torch_launch`` (torchrun), ``extra_synth`` (an app beyond the session's default one). ``make test-fast``
+runs every test that uses none of them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +23,8 @@ import aws_cdk as cdk
 import aws_cdk.cx_api as cxapi
 import boto3
 import pytest
+import shared_plane
+import tiers
 from botocore.config import Config
 from botocore.stub import Stubber
 
@@ -27,6 +36,7 @@ from llm_infra.rehearsal import crds
 from llm_infra.stacks.training_app import add_training_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = REPO_ROOT / "workloads"
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
 
@@ -48,6 +58,79 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             f"or set {crds.CRDS_DIR_VARIABLE} to a folder that has them",
             returncode=2,
         )
+
+
+# ---- tiers (issue 29) ----------------------------------------------------------------------------
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the tiers of the fixtures it uses (tests/tiers.py)."""
+    tiers.mark(items)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a fast-tier test, torchrun, Ray, a control-plane binary or a control plane's start fails loudly."""
+    if not any(request.node.get_closest_marker(tier) for tier in tiers.TIERS):
+        tiers.guard(monkeypatch, request.node.nodeid)
+
+
+@pytest.fixture(scope="session")
+def extra_synth() -> None:
+    """Stands for synthesizing an app beyond the session's default one (``synth``, a ``cdk synth`` subprocess):
+    a test that asks for it, directly or through another fixture, is in the ``extra_synth`` tier."""
+
+
+class TorchLaunch:
+    """torchrun on this machine's CPUs (gloo) for the payload's scripts in workloads/, each run on a free
+    loopback port: the ``torch_launch`` fixture, through which every test that starts torchrun does so."""
+
+    def command(
+        self, script: str, args: Sequence[str], *, nproc: int = 2, max_restarts: int = 0, monitor_interval: float = 0.5
+    ) -> list[str]:
+        from llm_infra.rehearsal.control_plane import free_port
+
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+            f"--max-restarts={max_restarts}",
+            f"--monitor-interval={monitor_interval:g}",
+            str(WORKLOADS / script),
+            *args,
+        ]
+
+    @staticmethod
+    def environment() -> dict[str, str]:
+        return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+    def run(
+        self, script: str, args: Sequence[str], *, timeout: float = 300, **options: Any
+    ) -> subprocess.CompletedProcess[str]:
+        """Run it to the end (``timeout``: a hang guard): stdout and stderr captured as text."""
+        command = self.command(script, args, **options)
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, cwd=WORKLOADS, env=self.environment()
+        )
+
+    def popen(self, script: str, args: Sequence[str], **popen: Any) -> subprocess.Popen[str]:
+        """Start it, in a session of its own; ``popen``: subprocess.Popen's arguments (stdout, stderr, ...)."""
+        return subprocess.Popen(
+            self.command(script, args),
+            text=True,
+            env=self.environment(),
+            cwd=WORKLOADS,
+            start_new_session=True,
+            **popen,
+        )
+
+
+@pytest.fixture(scope="session")
+def torch_launch() -> TorchLaunch:
+    """torchrun on CPU: a test that asks for it, directly or through another fixture, is in the ``torch_launch``
+    tier."""
+    return TorchLaunch()
 
 
 def hyperpod_config(**changes: Any) -> TrainingConfig:
@@ -111,8 +194,9 @@ def normalize(template: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
-def synth(tmp_path_factory: pytest.TempPathFactory):
-    """``synth(config)`` -> :class:`Synthesized`, cached for the whole session."""
+def synth(extra_synth: None, tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Synthesized]:
+    """``synth(config)`` -> :class:`Synthesized`, cached for the whole session (the ``extra_synth`` tier: for
+    the default app alone, ask for ``default_app``)."""
 
     def _synth(config: TrainingConfig | None = None) -> Synthesized:
         config = config or TrainingConfig()
@@ -122,8 +206,9 @@ def synth(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
-def default_app(synth) -> Synthesized:
-    return synth(TrainingConfig())
+def default_app(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
+    """The default app, synthesized once per session (the fast tier has it; ``synth(TrainingConfig())`` is it too)."""
+    return synthesize(TrainingConfig(), tmp_path_factory.mktemp("cdk.out"))
 
 
 # ---- the CLI against local doubles ------------------------------------------------------------
@@ -199,24 +284,51 @@ def stub_hyperpod_cluster(eks_arn: str, monkeypatch: pytest.MonkeyPatch) -> Stub
     return stub
 
 
-# ---- the real control plane (issue 22) ----------------------------------------------------------
+# ---- the real control plane (issue 22; one per session: issue 29) --------------------------------
 @pytest.fixture(scope="session")
-def control_plane() -> Iterator[Any]:
-    """etcd, kube-apiserver, kube-scheduler, kube-controller-manager, KWOK and (when built) the Kubeflow
-    training operator on 127.0.0.1, once per session (``llm_infra.rehearsal.control_plane``); skips when
-    ``make k8s`` has not built them. Tests that need the operator ask for ``training_operator``."""
+def k8s_binaries() -> Path:
+    """The control plane's binaries (``make k8s``, or ``$LLM_INFRA_K8S_BIN_DIR``); skips with the build
+    command without etcd and kube-apiserver. Every test that starts a control plane, or runs a command that
+    does, asks for this (directly or through ``control_plane``/``own_control_plane``): the ``control_plane``
+    tier."""
     from llm_infra.rehearsal import control_plane as cp
 
-    components = ("kube-controller-manager", "kube-scheduler", "kwok")
     bin_dir = cp.default_bin_dir()
-    absent = cp.missing_binaries(bin_dir, (*cp.REQUIRED, *components))
+    absent = cp.missing_binaries(bin_dir)
     if absent:
         pytest.skip(
             f"real control plane: {', '.join(absent)} not built in {bin_dir}; run `make k8s` "
             f"or set {cp.BIN_DIR_VARIABLE} to prebuilt binaries"
         )
-    operator = [] if cp.missing_binaries(bin_dir, ["training-operator"]) else ["training-operator"]
-    with cp.ControlPlane(bin_dir, components=(*components, *operator)) as plane:
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def own_control_plane(k8s_binaries: Path) -> Callable[..., contextlib.AbstractContextManager[Any]]:
+    """``with own_control_plane(components): ...`` starts a control plane of the caller's own (``components``:
+    the optional ones, default every one built), for a test that needs cluster-wide state no other test may see
+    (its own node set, a whole deploy) or checks the control plane's own life; its logs are kept on a failure."""
+    from llm_infra.rehearsal import control_plane as cp
+
+    @contextlib.contextmanager
+    def start(components: Sequence[str] | None = None) -> Iterator[cp.ControlPlane]:
+        with cp.ControlPlane(k8s_binaries, components=components) as plane:
+            shared_plane.LIVE.append(plane)
+            try:
+                yield plane
+            finally:
+                shared_plane.LIVE.remove(plane)
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def control_plane(own_control_plane: Callable[..., Any]) -> Iterator[Any]:
+    """The session's control plane, shared by every test that can share one: etcd, kube-apiserver and each
+    optional component built (controller-manager, scheduler, KWOK, the training and KubeRay operators), started
+    once. Its tests keep to namespaces of their own (``shared_plane.new_namespace``) and remove the nodes they
+    add. Tests that need the training operator ask for ``training_operator``."""
+    with own_control_plane() as plane:
         yield plane
 
 
@@ -234,6 +346,11 @@ def kwok(control_plane: Any) -> Iterator[Any]:
     """The session's control plane with a log-serving KWOK for the command tests' nodes."""
     from kwok_cluster import KwokCluster
 
+    from llm_infra.rehearsal import control_plane as cp
+
+    absent = cp.missing_binaries(control_plane.bin_dir, ("kube-controller-manager", "kube-scheduler", "kwok"))
+    if absent:
+        pytest.skip(f"real control plane: {', '.join(absent)} not built in {control_plane.bin_dir}; run `make k8s`")
     cluster = KwokCluster(control_plane)
     try:
         cluster.start()
@@ -243,20 +360,25 @@ def kwok(control_plane: Any) -> Iterator[Any]:
 
 
 @pytest.fixture
-def real(kwok: Any) -> Iterator[Any]:
-    """The KWOK cluster, emptied of what an earlier test left."""
-    kwok.reset()
-    yield kwok
+def real(kwok: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The KWOK cluster in a namespace of this test's own (``kwok.namespace``); the nodes, volumes and
+    namespace the test left are removed after it."""
+    kwok.begin(shared_plane.slug(request.node.originalname))
+    try:
+        yield kwok
+    finally:
+        kwok.end()
 
 
 @pytest.fixture
 def eks_cluster(real: Any, tmp_path: Path, eks_arn: str, aws_endpoint: str) -> tuple[Any, list[str]]:
     """The real API server as the Kubernetes API of the EKS cluster "train" in moto, and the command flags
-    that reach it through a generated kubeconfig."""
+    that reach it through a generated kubeconfig, in the test's namespace."""
     from kwok_cluster import write_kubeconfig
 
     kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
-    return real, ["--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
+    flags = ["--cluster", "train", "--kubeconfig", str(kubeconfig), "--endpoint-url", aws_endpoint]
+    return real, [*flags, "--namespace", real.namespace]
 
 
 @pytest.fixture
@@ -264,23 +386,54 @@ def hyperpod_cluster(
     real: Any, tmp_path: Path, eks_arn: str, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Any, list[str]]]:
     """The real API server behind the HyperPod cluster "llm-infra-hyperpod" (``stub_hyperpod_cluster``),
-    and the command flags (compute=hyperpod) that reach it."""
+    and the command flags (compute=hyperpod) that reach it, in the test's namespace."""
     from kwok_cluster import write_kubeconfig
 
     stub = stub_hyperpod_cluster(eks_arn, monkeypatch)
     kubeconfig = write_kubeconfig(real.plane, tmp_path / "kubeconfig", name=eks_arn)
+    flags = ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]
     with stub:
-        yield real, ["--cluster", "llm-infra-hyperpod", "-c", "compute=hyperpod", "--kubeconfig", str(kubeconfig)]
+        yield real, [*flags, "--namespace", real.namespace]
 
 
 @pytest.fixture
 def hyperpod_operator(real: Any) -> Iterator[Any]:
-    """The stand-in for AWS's closed HyperPod training operator (tests/hyperpod_operator.py), running."""
+    """The stand-in for AWS's closed HyperPod training operator (tests/hyperpod_operator.py), running in the
+    test's namespace."""
     from hyperpod_operator import HyperPodOperatorStandIn
-    from kwok_cluster import NAMESPACE
 
-    with HyperPodOperatorStandIn(str(real.plane.kubeconfig), NAMESPACE) as operator:
+    with HyperPodOperatorStandIn(str(real.plane.kubeconfig), real.namespace) as operator:
         yield operator
+
+
+# ---- what a failure on a control plane leaves (issue 29) ------------------------------------------
+LOG_SIZES = pytest.StashKey[dict[Path, int]]()
+KEPT: list[tuple[str, Path]] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[LOG_SIZES] = shared_plane.log_sizes()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """For a failed test on a control plane: keep the components' logs and its namespaces' pods, their logs and
+    events (tests/shared_plane.py), and say where."""
+    report = yield
+    if report.failed and item.get_closest_marker("control_plane"):
+        folder = shared_plane.keep_logs(item.nodeid, item.stash.get(LOG_SIZES, {}))
+        if folder is not None:
+            report.sections.append(("control plane logs", f"kept in {folder}"))
+            KEPT.append((item.nodeid, folder))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if KEPT:
+        terminalreporter.section("control plane logs kept")
+        for nodeid, folder in KEPT:
+            terminalreporter.write_line(f"{nodeid}: {folder}")
 
 
 @pytest.fixture

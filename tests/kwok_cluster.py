@@ -14,24 +14,28 @@ do is run a container; a second KWOK plays the kubelet for the test's nodes:
 CRI log file, names it in a ``Logs`` object, waits until the API server serves it, then sets the exit
 code. The session's own KWOK (``kwok.x-k8s.io/node=fake`` nodes) serves no logs, hence this second one:
 ``llm_infra.rehearsal.control_plane`` starts KWOK without ``--config``/``--enable-crds``/``--node-port``.
+
+Each test works in a namespace of its own (:meth:`KwokCluster.begin`, by ``generateName``; the commands get
+it with ``--namespace``); :meth:`KwokCluster.end` removes what it left outside it: its nodes and volumes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
 import yaml
+from shared_plane import drop_namespace, new_namespace, wait_for
 
 from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
 from llm_infra.ops.kube import Kube, KubeError
@@ -39,7 +43,6 @@ from llm_infra.rehearsal import control_plane as cp
 
 MANAGED_ANNOTATION = "llm-infra.test/kwok"  # nodes the log-serving KWOK manages: "logs"
 EXIT_ANNOTATION = "llm-infra.test/exit-code"  # set on a Running pod: KWOK ends it with that code
-NAMESPACE = "training"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 READY_ANNOTATION = "llm-infra.test/ready"  # "false": KWOK leaves the node's Ready condition alone
 
@@ -170,16 +173,9 @@ def write_kubeconfig(plane: cp.ControlPlane, path: Path, *, name: str) -> Path:
     return path
 
 
-def _wait(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
-        time.sleep(0.1)
-
-
 class KwokCluster:
-    """The control plane plus a log-serving KWOK for this module's nodes; :meth:`reset` between tests."""
+    """The control plane plus a log-serving KWOK for the tests' nodes; each test in a namespace of its own
+    (:meth:`begin`, :meth:`end`)."""
 
     def __init__(self, plane: cp.ControlPlane) -> None:
         self.plane = plane
@@ -187,6 +183,11 @@ class KwokCluster:
         self.workdir.mkdir(exist_ok=True)
         self.kube = Kube.connect(kubeconfig=str(plane.kubeconfig), context=None)
         self._process: subprocess.Popen[bytes] | None = None
+        self.namespace = ""  # the test's, between begin and end
+
+    def wait_for(self, what: str, check: Callable[[], Any], *, component: str | Path = "kwok", **options: Any) -> Any:
+        """:func:`shared_plane.wait_for` on this cluster, in the test's namespace."""
+        return wait_for(what, check, plane=self.plane, namespace=self.namespace or None, component=component, **options)
 
     def start(self) -> None:
         from llm_infra.rehearsal import crds
@@ -204,7 +205,11 @@ class KwokCluster:
             "pytorchjobs.kubeflow.org",
             "hyperpodpytorchjobs.sagemaker.amazonaws.com",
         ):
-            _wait(f"CRD {crd_name} established", functools.partial(self._established, crd_name))
+            self.wait_for(
+                f"CRD {crd_name} established",
+                functools.partial(self._established, crd_name),
+                component="kube-apiserver",
+            )
         self.kube.close()  # a fresh client: its discovery now has the CRDs' kinds
         self.kube = Kube.connect(kubeconfig=str(self.plane.kubeconfig), context=None)
         (self.workdir / "stages.yaml").write_text(STAGES)
@@ -237,7 +242,7 @@ class KwokCluster:
                 return bool(answer.status == 200)
             return False
 
-        _wait("log-serving KWOK healthy", healthy, timeout=30)
+        self.wait_for("log-serving KWOK healthy", healthy, component=self.workdir / "kwok.log")
 
     def _established(self, name: str) -> bool:
         crd = self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
@@ -326,7 +331,7 @@ class KwokCluster:
             node = self.kube.get("v1", "Node", name) or {}
             return _ready(node) and not cp.condition_tainted(node)
 
-        _wait(f"node {name} Ready and untainted", ready, timeout=30)
+        self.wait_for(f"node {name} Ready and untainted", ready, component="kube-controller-manager")
 
     def _post_ready_condition(self, name: str, status: str, reason: str) -> None:
         from kubernetes import client
@@ -374,32 +379,35 @@ class KwokCluster:
         )
 
     def jobs(self) -> list[dict[str, Any]]:
+        """The jobs of every kind the commands create, in the test's namespace."""
+        return self.jobs_in(self.namespace)
+
+    def jobs_in(self, namespace: str) -> list[dict[str, Any]]:
         return [
-            job
-            for api_version, kind in (
-                ("batch/v1", "Job"),
-                ("kubeflow.org/v1", "PyTorchJob"),
-                ("sagemaker.amazonaws.com/v1", "HyperPodPyTorchJob"),
-            )
-            for job in self.kube.list(api_version, kind, namespace=NAMESPACE)
+            job for api_version, kind in JOB_KINDS for job in self.kube.list(api_version, kind, namespace=namespace)
         ]
 
     def job_pods(self) -> list[dict[str, Any]]:
-        return self.kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=JOB_LABEL)
+        return self.kube.list("v1", "Pod", namespace=self.namespace, label_selector=JOB_LABEL)
 
     def delete_pod_now(self, name: str) -> None:
         """Delete a pod of the namespace at once (grace period 0; KWOK then removes it)."""
         from kubernetes import client
 
         with contextlib.suppress(client.ApiException):
-            client.CoreV1Api(self.kube.api_client).delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+            client.CoreV1Api(self.kube.api_client).delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+
+    def values(self, config: Any) -> Any:
+        """The charts' values for ``config`` in the test's namespace (what ``--namespace`` renders)."""
+        from llm_infra.k8s_manifests.values import WorkloadValues
+
+        return dataclasses.replace(WorkloadValues.from_config(config), namespace=self.namespace)
 
     def deploy(
         self, config: Any, gpu_nodes: list[str], *, gpus: int = 8, provider_ids: dict[str, str] | None = None
     ) -> None:
         """What `cdk deploy` leaves: the GPU nodes (HyperPod labels its nodes Schedulable; ``provider_ids``:
         their EC2 instances), a system node, the base chart's objects, the FSx claim bound."""
-        from llm_infra.k8s_manifests.values import WorkloadValues
         from llm_infra.node_labels import HEALTH_STATUS_KEY
         from llm_infra.ops.validation_run import chart_objects
 
@@ -407,57 +415,65 @@ class KwokCluster:
         for name in gpu_nodes:
             self.add_node(name, gpus=gpus, labels=hyperpod, provider_id=(provider_ids or {}).get(name))
         self.add_node("system-1", gpus=0, role="system")
-        values = WorkloadValues.from_config(config)
+        values = self.values(config)
         for obj in chart_objects(values).base:
             self.kube.apply(obj)
-        self.add_fsx_claim(values.pvc_name, NAMESPACE)
+        self.add_fsx_claim(values.pvc_name, self.namespace)
 
-    def reset(self, *, drop_namespace: bool = False) -> None:
-        """Nothing of an earlier test left: its jobs, pods, nodes, volumes, the base chart's objects in the
-        namespace and, with ``drop_namespace``, the namespace."""
-        for job in self.jobs():
-            self.kube.delete(job["apiVersion"], job["kind"], job["metadata"]["name"], NAMESPACE)
+    def begin(self, prefix: str) -> str:
+        """A namespace of the test's own (``generateName``: ``<prefix>-xxxxx``), for what it creates."""
+        self.namespace = new_namespace(self.plane, self.kube, prefix)
+        return self.namespace
 
-        for pod in self.kube.list("v1", "Pod", namespace=NAMESPACE):
-            self.delete_pod_now(pod["metadata"]["name"])
-        # The volume protection finalizers wait on the PV controller's periodic sync: lifted here.
-        for claim in self.kube.list("v1", "PersistentVolumeClaim", namespace=NAMESPACE):
-            self.kube.delete("v1", "PersistentVolumeClaim", claim["metadata"]["name"], NAMESPACE)
+    def end(self) -> None:
+        """Remove what the test left: its pods (KWOK lets them go while their nodes are there), then its nodes
+        and volumes, which outlive a namespace, then the namespace (its controller deletes the rest)."""
+        from kubernetes import client
+
+        namespace, self.namespace = self.namespace, ""
+        for job in self.jobs_in(namespace):
+            self.kube.delete(job["apiVersion"], job["kind"], job["metadata"]["name"], namespace)
+        core = client.CoreV1Api(self.kube.api_client)
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        wait_for(
+            f"the pods of {namespace} gone",
+            lambda: not self.kube.list("v1", "Pod", namespace=namespace),
+            plane=self.plane,
+            namespace=namespace,
+            component=self.workdir / "kwok.log",
+        )
+        ours = [
+            n for n in self.kube.list("v1", "Node") if MANAGED_ANNOTATION in (n["metadata"].get("annotations") or {})
+        ]
+        volumes = [
+            v
+            for v in self.kube.list("v1", "PersistentVolume")
+            if (v["spec"].get("claimRef") or {}).get("namespace") == namespace
+        ]
+        for node in ours:
+            self.kube.delete("v1", "Node", node["metadata"]["name"])
+        for volume in volumes:  # the protection finalizer waits on the PV controller's periodic sync: lifted
+            self.kube.delete("v1", "PersistentVolume", volume["metadata"]["name"])
             with contextlib.suppress(KubeError):
                 self.kube.patch(
-                    "v1",
-                    "PersistentVolumeClaim",
-                    claim["metadata"]["name"],
-                    {"metadata": {"finalizers": None}},
-                    NAMESPACE,
+                    "v1", "PersistentVolume", volume["metadata"]["name"], {"metadata": {"finalizers": None}}
                 )
-        for kind in ("Node", "PersistentVolume"):
-            for obj in self.kube.list("v1", kind):
-                if kind == "Node" and MANAGED_ANNOTATION not in (obj["metadata"].get("annotations") or {}):
-                    continue
-                self.kube.delete("v1", kind, obj["metadata"]["name"])
-                if kind == "PersistentVolume":
-                    with contextlib.suppress(KubeError):
-                        self.kube.patch("v1", kind, obj["metadata"]["name"], {"metadata": {"finalizers": None}})
-        for api_version, kind in (
-            ("kwok.x-k8s.io/v1alpha1", "Logs"),
-            ("v1", "ServiceAccount"),
-            ("v1", "ConfigMap"),
-            ("v1", "Event"),
-        ):
-            for obj in self.kube.list(api_version, kind, namespace=NAMESPACE):
-                self.kube.delete(api_version, kind, obj["metadata"]["name"], NAMESPACE)
-        if drop_namespace:  # the namespace controller takes seconds: only when a test needs it gone
-            self.kube.delete("v1", "Namespace", NAMESPACE)
-        _wait(
-            "the previous test's objects gone",
-            lambda: (
-                (not drop_namespace or self.kube.get("v1", "Namespace", NAMESPACE) is None)
-                and not self.kube.list("v1", "PersistentVolumeClaim", namespace=NAMESPACE)
-                and not [n for n in self.kube.list("v1", "Node") if MANAGED_ANNOTATION in n["metadata"]["annotations"]]
-                and not self.kube.list("v1", "PersistentVolume")
-            ),
+        drop_namespace(self.plane, self.kube, namespace)
+        left = [("Node", n["metadata"]["name"]) for n in ours] + [
+            ("PersistentVolume", v["metadata"]["name"]) for v in volumes
+        ]
+        wait_for(
+            f"the nodes and volumes of {namespace} gone",
+            lambda: not any(self.kube.get("v1", kind, name) for kind, name in left),
+            plane=self.plane,
         )
+
+
+JOB_KINDS = (
+    ("batch/v1", "Job"),
+    ("kubeflow.org/v1", "PyTorchJob"),
+    ("sagemaker.amazonaws.com/v1", "HyperPodPyTorchJob"),
+)
 
 
 def _ready_condition(status: str, reason: str) -> dict[str, str]:
@@ -495,11 +511,11 @@ def pod_index(pod: dict[str, Any]) -> int:
     raise AssertionError(f"pod {metadata['name']}: no index in {INDEX_KEYS}")
 
 
-def serve_log(kube: Kube, workdir: Path, pod: dict[str, Any], text: str) -> None:
+def serve_log(cluster: KwokCluster, kube: Kube, pod: dict[str, Any], text: str) -> None:
     """Add ``text`` to the pod's log and wait until the API server serves it (KWOK reads the file that a
-    ``Logs`` object names)."""
+    ``Logs`` object names); ``kube``: the caller's client (a Loop's thread has its own)."""
     metadata = pod["metadata"]
-    path = workdir / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid']}.log"
+    path = cluster.workdir / f"{metadata['namespace']}_{metadata['name']}_{metadata['uid']}.log"
     fresh = not path.exists()
     with path.open("a") as log:
         log.write(cri_log(text))
@@ -513,10 +529,12 @@ def serve_log(kube: Kube, workdir: Path, pod: dict[str, Any], text: str) -> None
             }
         )
     last = text.strip().splitlines()[-1] if text.strip() else ""
-    _wait(
-        f"log of {metadata['name']} served",
+    wait_for(
+        f"the log of {metadata['namespace']}/{metadata['name']} served through the API server",
         lambda: last in kube.pod_log(metadata["namespace"], metadata["name"]),
-        timeout=20,
+        plane=cluster.plane,
+        namespace=metadata["namespace"],
+        component=cluster.workdir / "kwok.log",
     )
 
 
@@ -564,12 +582,13 @@ class PodRuntime(Loop):
     def __init__(self, cluster: KwokCluster, payload: Payload) -> None:
         super().__init__(str(cluster.plane.kubeconfig), tick=0.05)
         self.cluster = cluster
+        self.namespace = cluster.namespace  # the test's
         self.payload = payload
         self.done: set[str] = set()  # the pods' uids
         self.jobs: list[str] = []
 
     def step(self, kube: Kube) -> None:
-        for pod in kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=JOB_LABEL):
+        for pod in kube.list("v1", "Pod", namespace=self.namespace, label_selector=JOB_LABEL):
             uid = pod["metadata"]["uid"]
             running = (pod.get("status") or {}).get("phase") == "Running"
             if running and uid not in self.done and not pod["metadata"].get("deletionTimestamp"):
@@ -581,13 +600,13 @@ class PodRuntime(Loop):
 
         metadata = pod["metadata"]
         (owner,) = [ref for ref in metadata.get("ownerReferences") or [] if ref.get("controller")]
-        job = kube.get(owner["apiVersion"], owner["kind"], owner["name"], NAMESPACE)
+        job = kube.get(owner["apiVersion"], owner["kind"], owner["name"], metadata["namespace"])
         if job is None:
             return
         if owner["name"] not in self.jobs:
             self.jobs.append(owner["name"])
         log, code = self.payload(job, pod_index(pod), pod["spec"]["nodeName"])
-        serve_log(kube, self.cluster.workdir, pod, log)
+        serve_log(self.cluster, kube, pod, log)
         if code is not None:
             with contextlib.suppress(NotFoundError):
                 kube.patch(
@@ -595,7 +614,7 @@ class PodRuntime(Loop):
                     "Pod",
                     metadata["name"],
                     {"metadata": {"annotations": {EXIT_ANNOTATION: str(code)}}},
-                    NAMESPACE,
+                    metadata["namespace"],
                 )
 
 

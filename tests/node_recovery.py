@@ -14,8 +14,14 @@ What plays what:
   replacement node registers (``replaced_at``: HyperPod's replacement or the node group's new
   instance, its health label Schedulable) or, for a reboot, none; the node is Ready again
   (``ready_at``), and the job resumes (``resume_at``): the payload's lines of the resumed attempt
-  (``after_restart``, the real payload's, their ``time`` moved to start then, gaps scaled by
+  (``after_restart``, the real payload's, their ``time`` moved to start when it writes them, gaps scaled by
   ``time_scale``) are added to the log of the pod that holds rank 0.
+
+The timeline only orders the steps (1.5 s apart: the API server stamps in whole seconds, so each step lands
+in a second of its own). What the tests compare a drill with is what happened, as recorded in ``stamps``:
+each step's time as the cluster or the payload stamped it (the NotReady condition's and the Ready
+condition's ``lastTransitionTime``, the replacement's ``creationTimestamp``, the resumed attempt's ``resume``
+and first ``step`` lines), and in ``taken``, when it was taken (``time.time()``).
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from kwok_cluster import NAMESPACE, KwokCluster, Loop, pod_index, serve_log
+from kwok_cluster import KwokCluster, Loop, pod_index, serve_log
 
 from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
 from llm_infra.node_labels import HEALTH_STATUS_KEY
-from llm_infra.ops.kube import Kube
+from llm_infra.ops.kube import Kube, parse_time
 
 PENDING = "UnschedulablePending"  # HyperPod's PendingReplacement / PendingReboot label values
 
@@ -49,10 +56,13 @@ class NodeRecovery(Loop):
     fault: str | None = None  # what it saw: the health label's value, or "cordon"
     fault_at: float | None = None  # when it saw it (time.time())
     done: list[str] = field(default_factory=list)  # the steps taken, in order
+    taken: dict[str, float] = field(default_factory=dict)  # step -> when it was taken (time.time())
+    stamps: dict[str, datetime] = field(default_factory=dict)  # what happened, as the cluster or payload stamped it
     _labels: dict[str, str] = field(default_factory=dict)  # the node's labels before the fault
 
     def __post_init__(self) -> None:
         super().__init__(str(self.cluster.plane.kubeconfig), tick=0.05)
+        self.namespace = self.cluster.namespace  # the test's
 
     @property
     def replacement(self) -> str:
@@ -78,12 +88,15 @@ class NodeRecovery(Loop):
             ("resumed", self.resume_at),
         ):
             if step not in self.done and elapsed >= at:
+                began = time.time()
                 if not getattr(self, "_" + step.replace("-", "_"))(kube):
                     return  # not yet possible: the next look tries again
+                self.taken[step] = began
                 self.done.append(step)
 
     def _not_ready(self, kube: Kube) -> bool:
         self.cluster.set_ready(self.node, False)
+        self.stamps["not-ready"] = _ready_since(kube.get("v1", "Node", self.node))
         for pod in self._pods(kube):
             if pod["spec"].get("nodeName") == self.node:
                 self.cluster.delete_pod_now(pod["metadata"]["name"])
@@ -97,6 +110,8 @@ class NodeRecovery(Loop):
         if HEALTH_STATUS_KEY in labels:  # HyperPod marks the replacement Schedulable once its checks pass
             labels[HEALTH_STATUS_KEY] = "Schedulable"
         self.cluster.add_node(self.replacement, ready=False, labels=labels)
+        created = (kube.get("v1", "Node", self.replacement) or {}).get("metadata") or {}
+        self.stamps["replaced"] = parse_time(str(created["creationTimestamp"]))
         return True
 
     def _ready(self, kube: Kube) -> bool:
@@ -104,6 +119,7 @@ class NodeRecovery(Loop):
             labels = {HEALTH_STATUS_KEY: "Schedulable"} if HEALTH_STATUS_KEY in self._labels else {}
             kube.patch("v1", "Node", self.node, {"metadata": {"labels": labels}, "spec": {"unschedulable": None}})
         self.cluster.set_ready(self.replacement, True)
+        self.stamps["ready"] = _ready_since(kube.get("v1", "Node", self.replacement))
         return True
 
     def _resumed(self, kube: Kube) -> bool:
@@ -111,15 +127,21 @@ class NodeRecovery(Loop):
         (rank0,) = [p for p in self._pods(kube) if pod_index(p) == 0] or [None]
         if rank0 is None or (rank0.get("status") or {}).get("phase") != "Running":
             return False
-        assert self.fault_at is not None
-        first = self.after_restart[0]["time"]
-        moved = [
-            {**r, "time": round(self.fault_at + self.resume_at + (r["time"] - first) * self.time_scale, 3)}
-            for r in self.after_restart
-        ]
-        serve_log(kube, self.cluster.workdir, rank0, "".join(json.dumps(r) + "\n" for r in moved))
+        now, first = time.time(), self.after_restart[0]["time"]
+        moved = [{**r, "time": round(now + (r["time"] - first) * self.time_scale, 3)} for r in self.after_restart]
+        resume = next(r for r in moved if r["event"] == "resume")
+        step = next(r for r in moved if r["event"] == "step" and r["time"] > resume["time"])
+        self.stamps["resumed"] = datetime.fromtimestamp(resume["time"], UTC)
+        self.stamps["first-step"] = datetime.fromtimestamp(step["time"], UTC)
+        serve_log(self.cluster, kube, rank0, "".join(json.dumps(r) + "\n" for r in moved))
         return True
 
     def _pods(self, kube: Kube) -> list[dict[str, Any]]:
-        pods = kube.list("v1", "Pod", namespace=NAMESPACE, label_selector=f"{JOB_LABEL}={self.job}")
+        pods = kube.list("v1", "Pod", namespace=self.namespace, label_selector=f"{JOB_LABEL}={self.job}")
         return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _ready_since(node: dict[str, Any] | None) -> datetime:
+    """When the node's Ready condition took its present status (whole seconds, as the API server keeps it)."""
+    (ready,) = [c for c in ((node or {}).get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+    return parse_time(str(ready["lastTransitionTime"]))

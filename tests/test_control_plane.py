@@ -1,26 +1,31 @@
 """A real kube-apiserver 1.34 (+ etcd) built from pinned Go modules (issue 22, k8s/build.sh): it accepts a
 server-side dry-run of every rendered manifest whose kind it serves, the operators' CRDs applied first.
 
-This tier is not yet in CI: without the binaries (``make k8s``, or ``$LLM_INFRA_K8S_BIN_DIR``) it skips.
+On the session's control plane (tests/conftest.py's ``control_plane``), in a namespace of the test's own. Two
+tests start their own: the stop test (it checks the control plane's own life) and, only when an operator of the
+session's plane runs CRDs other than the pinned ones (KubeRay's fallback), the dry-run, which then checks the
+rendered objects against the pinned CRDs on an etcd and kube-apiserver of its own. Without the binaries
+(``make k8s``, or ``$LLM_INFRA_K8S_BIN_DIR``) every test here skips.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from shared_plane import drop_namespace, new_namespace, render_dist
 
 from conftest import RAY_TEST_IMAGE
 from llm_infra.config import TrainingConfig
-from llm_infra.k8s_manifests.render import write_dist
+from llm_infra.ops.kube import Kube
 from llm_infra.rehearsal import control_plane, crds
+from llm_infra.rehearsal.control_plane import ControlPlane, ControlPlaneError, kubectl_binary
 
-BIN_DIR = control_plane.default_bin_dir()
 SHARED_CRDS = Path(__file__).resolve().parent.parent.parent / "shared" / "crds"
 OUTPUTS = {  # as cdk deploy --outputs-file writes them: the FSx chart is rendered too
     "llm-infra-storage": {
@@ -32,20 +37,13 @@ OUTPUTS = {  # as cdk deploy --outputs-file writes them: the FSx chart is render
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[control_plane.ControlPlane]:
-    absent = control_plane.missing_binaries(BIN_DIR)
-    if absent:
-        pytest.skip(
-            f"real control-plane tier (not yet in CI): {', '.join(absent)} not built in {BIN_DIR}; "
-            f"build them with `make k8s` (k8s/build.sh; a cold build takes tens of minutes, see "
-            f"docs/control-plane.md) or set {control_plane.BIN_DIR_VARIABLE} to prebuilt binaries"
-        )
+def cluster(control_plane: ControlPlane) -> ControlPlane:
+    """The session's control plane (the fixture ``control_plane``, not the module), with kubectl."""
     try:
-        control_plane.kubectl_binary()
-    except control_plane.ControlPlaneError as err:
+        kubectl_binary()
+    except ControlPlaneError as err:
         pytest.skip(f"real control-plane tier: {err}")
-    with control_plane.ControlPlane(BIN_DIR) as cp:
-        yield cp
+    return control_plane
 
 
 def crd_files() -> list[Path]:
@@ -69,23 +67,10 @@ def served_kinds(cp: control_plane.ControlPlane) -> set[tuple[str, str]]:
     return kinds
 
 
-def wait_established(cp: control_plane.ControlPlane, names: list[str], timeout: float = 60.0) -> None:
-    """Until every CRD in ``names`` has condition Established=True (bounded by ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        items = json.loads(cp.kubectl("get", *names, "-o", "json").stdout)["items"]
-        pending = [
-            item["metadata"]["name"]
-            for item in items
-            if not any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in item.get("status", {}).get("conditions") or []
-            )
-        ]
-        if not pending:
-            return
-        assert time.monotonic() < deadline, f"CRDs not established after {timeout:.0f} s: {pending}"
-        time.sleep(0.5)
+def other_than_pinned(cp: control_plane.ControlPlane, files: list[Path]) -> list[str]:
+    """The pinned CRDs that an operator of ``cp`` runs in another version (its own, as k8s/build.sh copied them)."""
+    theirs = {crd.name: crd for name in cp.operator_versions for crd in control_plane.operator_crds(cp.bin_dir, name)}
+    return [f.name for f in files if f.name in theirs and theirs[f.name].read_bytes() != f.read_bytes()]
 
 
 def test_server_is_the_pinned_release(cluster) -> None:
@@ -101,40 +86,48 @@ def test_server_side_dry_run_of_a_namespace(cluster, tmp_path: Path) -> None:
     assert cluster.kubectl("get", "namespace", "dry-run-check", check=False).returncode != 0  # nothing stored
 
 
-def test_every_rendered_object_passes_a_server_side_dry_run(cluster, tmp_path: Path) -> None:
+def test_every_rendered_object_passes_a_server_side_dry_run(cluster, own_control_plane, tmp_path: Path) -> None:
     # The operators' CRDs first (for real: a dry-run of a custom object needs its CRD established).
     files = crd_files()
     assert files, f"no CRDs in {crds.crds_dir()} or {SHARED_CRDS}: run `make crds`"
-    names = [cluster.kubectl("apply", "--server-side", "-o", "name", "-f", str(crd)).stdout.strip() for crd in files]
-    wait_established(cluster, names)
+    with contextlib.ExitStack() as stack:
+        plane = cluster
+        if other_than_pinned(cluster, files):  # the pinned CRDs, not the operator's, are what is checked
+            plane = stack.enter_context(own_control_plane(components=()))
+        plane.apply_crds(files)  # server-side, then waits until each is Established
+        kube = stack.enter_context(Kube.connect(kubeconfig=str(plane.kubeconfig), context=None))
+        namespace = new_namespace(plane, kube, "dry-run")
+        stack.callback(drop_namespace, plane, kube, namespace)
+        dry_run(plane, tmp_path, namespace)
 
+
+def dry_run(plane: control_plane.ControlPlane, tmp_path: Path, namespace: str) -> None:
+    """Every object of the rendered charts (in ``namespace``) passes a strict server-side dry-run."""
     outputs = tmp_path / "cdk-outputs.json"
     outputs.write_text(json.dumps(OUTPUTS))
-    rendered = write_dist(TrainingConfig(ray_image=RAY_TEST_IMAGE), tmp_path / "dist", outputs_file=outputs)
+    rendered = render_dist(
+        TrainingConfig(ray_image=RAY_TEST_IMAGE), tmp_path / "dist", outputs_file=outputs, namespace=namespace
+    )
     assert rendered
-    objects = [
+    objects: list[tuple[str, Any]] = [
         (path.name, obj)
         for path in rendered
         for obj in yaml.safe_load_all(path.read_text())
         if obj  # cdk8s may leave empty documents
     ]
-    served = served_kinds(cluster)
+    served = served_kinds(plane)
     unserved = sorted(
         {f"{o['apiVersion']}/{o['kind']}" for _, o in objects if (o["apiVersion"], o["kind"]) not in served}
     )
     checked = [(name, o) for name, o in objects if (o["apiVersion"], o["kind"]) in served]
 
-    # Namespaces for real, so that the namespaced objects' dry-run finds them.
-    namespaces = [o for _, o in checked if o["kind"] == "Namespace"]
-    if namespaces:
-        ns_file = tmp_path / "namespaces.yaml"
-        ns_file.write_text(yaml.safe_dump_all(namespaces))
-        cluster.kubectl("apply", "-f", str(ns_file))
+    # The Namespace exists (the test's own): the namespaced objects' dry-run finds it.
+    assert [o["metadata"]["name"] for _, o in checked if o["kind"] == "Namespace"] == [namespace]
     failures = []
     for index, (name, obj) in enumerate(checked):
         one = tmp_path / f"obj-{index}.yaml"
         one.write_text(yaml.safe_dump(obj))
-        result = cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", str(one), check=False)
+        result = plane.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", str(one), check=False)
         if result.returncode != 0:
             failures.append(f"{name}: {obj['kind']}/{obj['metadata'].get('name')}: {result.stderr.strip()}")
     assert not failures, "\n".join(failures)
@@ -143,10 +136,9 @@ def test_every_rendered_object_passes_a_server_side_dry_run(cluster, tmp_path: P
     assert not unserved, f"kinds the server does not serve (no CRD applied): {unserved}"
 
 
-def test_every_process_is_stopped_by_pid_on_exit() -> None:
-    if control_plane.missing_binaries(BIN_DIR):
-        pytest.skip(f"real control-plane tier (not yet in CI): no binaries in {BIN_DIR}; run `make k8s`")
-    with control_plane.ControlPlane(BIN_DIR, components=()) as cp:
+def test_every_process_is_stopped_by_pid_on_exit(k8s_binaries: Path) -> None:
+    """A control plane of its own: what is checked is its life, start to stop."""
+    with control_plane.ControlPlane(k8s_binaries, components=()) as cp:
         pids = [p.popen.pid for p in cp._processes]
         workdir = cp.workdir
         assert len(pids) == 2

@@ -272,25 +272,33 @@ def mirror_of_the_checkout(scratch: Path) -> Path:
     return view
 
 
-def console_params() -> list:
-    """One test per console block; the ones that synthesize the app are `slow` (a few seconds each)."""
-    return [
-        pytest.param(
-            block,
-            id=block.where,
-            marks=[pytest.mark.slow] if any("cdk synth" in c.text for c in block.commands()) else [],
-        )
-        for block in console_blocks()
-    ]
+def synthesizes(block: Block) -> bool:
+    """Whether the block synthesizes the app (``cdk synth`` in a process of its own: the extra_synth tier)."""
+    return any(re.search(r"\bcdk synth\b|\bmake (synth|rehearse)\b", c.text) for c in block.commands())
 
 
-@pytest.mark.parametrize("block", console_params())
-def test_console_example(block: Block, tmp_path: Path) -> None:
+def console_params(synthesizing: bool) -> list:
+    """One test per console block that synthesizes the app (``synthesizing``), or that does not."""
+    return [pytest.param(block, id=block.where) for block in console_blocks() if synthesizes(block) is synthesizing]
+
+
+def check_example(block: Block, tmp_path: Path) -> None:
     if block.requires and not available(block.requires[0]):
         what, detail = block.requires
         pytest.skip(REQUIREMENTS.get(what, what) + (f": {detail}" if detail else ""))
     problems = run_block(block, tmp_path)
     assert not problems, "\n\n".join(problems)
+
+
+@pytest.mark.parametrize("block", console_params(synthesizing=False))
+def test_console_example(block: Block, tmp_path: Path) -> None:
+    check_example(block, tmp_path)
+
+
+@pytest.mark.parametrize("block", console_params(synthesizing=True))
+def test_console_example_that_synthesizes(block: Block, extra_synth: None, tmp_path: Path) -> None:
+    """A block that runs ``cdk synth`` (tens of seconds each): the extra_synth tier."""
+    check_example(block, tmp_path)
 
 
 # ---- the convention itself ---------------------------------------------------------------------------

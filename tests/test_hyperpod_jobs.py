@@ -16,7 +16,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ import pytest
 from cluster_model import admission_problem
 from test_manifests import KUBERNETES_VERSION, OUTPUTS, by_kind, pod_spec, render
 
-from conftest import hyperpod_config
+from conftest import TorchLaunch, hyperpod_config
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.hyperpod_job import (
@@ -248,44 +247,17 @@ class Rule:
         return "HEALTHY" if self.matched else "WAITING"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_payload(args: list[str]) -> subprocess.Popen[str]:
+def start_payload(torch_launch: TorchLaunch, args: list[str]) -> subprocess.Popen[str]:
     """train.py on 2 CPU ranks under torchrun (gloo), stdout as rank 0 writes it."""
-    argv = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        "--max-restarts=0",
-        str(WORKLOADS / "train.py"),
-        *TINY,
-        *args,
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=WORKLOADS,
-        start_new_session=True,
-    )
+    return torch_launch.popen("train.py", [*TINY, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
 def rules() -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in train_log_rules(WorkloadValues.from_config(hyperpod_config()))}
 
 
-def test_the_rules_match_what_the_payload_prints(tmp_path: Path) -> None:
-    process = start_payload(["--steps=6", "--throughput-interval-s=0.5", f"--checkpoint-dir={tmp_path}"])
+def test_the_rules_match_what_the_payload_prints(torch_launch, tmp_path: Path) -> None:
+    process = start_payload(torch_launch, ["--steps=6", "--throughput-interval-s=0.5", f"--checkpoint-dir={tmp_path}"])
     stdout, _ = process.communicate(timeout=180)
     assert process.returncode == 0, stdout[-2000:]
     lines = stdout.splitlines(keepends=True)  # the agent reads lines with their newline
@@ -322,10 +294,10 @@ def workers(launcher: int) -> dict[int, int]:
     return found
 
 
-def test_a_stuck_training_loop_turns_the_stall_rule_slow() -> None:
+def test_a_stuck_training_loop_turns_the_stall_rule_slow(torch_launch) -> None:
     # Rank 1 frozen: rank 0 waits in its all-reduce, no step line comes, the heartbeat goes on with 0 tokens/s.
     # Heartbeats every 2 s, SLOW after 3 of them without a step (the rule as rendered, on a shorter clock).
-    process = start_payload(["--steps=400", "--throughput-interval-s=2", "--pg-timeout-seconds=120"])
+    process = start_payload(torch_launch, ["--steps=400", "--throughput-interval-s=2", "--pg-timeout-seconds=120"])
     assert process.stdout is not None
     stall = dict(rules()["ThroughputStalled"], metricEvaluationDataPoints=3)
     rule, states, stopped_at = Rule(stall), [], None

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
-from payload.conftest import SMALL, WORKLOADS, json_lines, run_torchrun
+from payload.conftest import SMALL, WORKLOADS, json_lines
 
 from conftest import hyperpod_config
 from llm_infra.cli import main as cli_main
@@ -215,8 +215,8 @@ def fluent_bit_event(record: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def payload_events() -> list[dict[str, Any]]:
-    result = run_torchrun("train.py", [*SMALL, "--steps=20", "--log-every=1", "--throughput-interval-s=0.3"])
+def payload_events(torch_launch) -> list[dict[str, Any]]:
+    result = torch_launch.run("train.py", [*SMALL, "--steps=20", "--log-every=1", "--throughput-interval-s=0.3"])
     assert result.returncode == 0, result.stderr[-2000:]
     records = json_lines(result.stdout)
     records += list(xid_records(["NVRM: Xid (PCI:0000:a8:00): 79, pid=0, GPU has fallen off the bus."], "n1"))

@@ -2,7 +2,9 @@
 we deploy) against the real control plane: what ``make synth`` renders turns into pods that the real
 kube-scheduler binds to simulated p5 nodes (KWOK: scheduled and marked Running, no container runs).
 
-This tier is not yet in CI: without the binaries (``make k8s``, or ``$LLM_INFRA_K8S_BIN_DIR``) it skips.
+On the session's control plane (tests/conftest.py's ``control_plane``, which runs both operators), the charts
+rendered into a namespace of this module's own; its nodes (two p5s and a system node) are the only ones while
+it runs and are removed after it. Without the binaries (``make k8s``, or ``$LLM_INFRA_K8S_BIN_DIR``) it skips.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,17 +19,24 @@ from typing import Any
 
 import pytest
 import yaml
+from shared_plane import drop_namespace, new_namespace, render_dist, wait_for
 
 from conftest import RAY_TEST_IMAGE
 from llm_infra.config import TrainingConfig
 from llm_infra.instance_types import INSTANCE_PROFILES
-from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.node_labels import EFA_LABEL, GPU_TAINT_KEY, INSTANCE_TYPE_LABEL, NODE_ROLE_LABEL
+from llm_infra.ops.kube import Kube
 from llm_infra.rehearsal import control_plane, crds
+from llm_infra.rehearsal.control_plane import (
+    BIN_DIR_VARIABLE,
+    ControlPlaneError,
+    condition_tainted,
+    kubectl_binary,
+    missing_binaries,
+)
 
 BIN_DIR = control_plane.default_bin_dir()
 BASE = ("kube-controller-manager", "kube-scheduler", "kwok")
-NAMESPACE = "training"
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 GPU_NODES = ("p5-0", "p5-1")
@@ -40,16 +48,16 @@ OUTPUTS = {  # as cdk deploy --outputs-file writes them: the FSx volume (the pod
         "FileSystemMountName": "abcdefgh",
     }
 }
-TIMEOUT = 60.0
 
 
 class Cluster:
-    """A started control plane with the rendered charts at hand."""
+    """The session's control plane with the charts rendered into ``namespace`` at hand."""
 
-    def __init__(self, cp: control_plane.ControlPlane, dist: Path, tmp: Path) -> None:
+    def __init__(self, cp: control_plane.ControlPlane, dist: Path, tmp: Path, namespace: str) -> None:
         self.cp = cp
         self.dist = dist
         self.tmp = tmp
+        self.namespace = namespace
 
     def objects(self, file: str, kind: str) -> list[dict[str, Any]]:
         docs = yaml.safe_load_all((self.dist / file).read_text())
@@ -61,7 +69,7 @@ class Cluster:
         self.cp.kubectl("apply", "--server-side", "-f", str(path))
 
     def pods(self, selector: str) -> list[dict[str, Any]]:
-        out = self.cp.kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json").stdout
+        out = self.cp.kubectl("get", "pods", "-n", self.namespace, "-l", selector, "-o", "json").stdout
         items: list[dict[str, Any]] = json.loads(out)["items"]
         return items
 
@@ -72,20 +80,8 @@ class Cluster:
     def wait_for(
         self, what: str, check: Callable[[], list[dict[str, Any]] | None], component: str
     ) -> list[dict[str, Any]]:
-        """Poll ``check`` until it returns a list (bounded by TIMEOUT); on timeout say what is there and
-        show the log of the ``component`` that should have done it."""
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            result = check()
-            if result is not None:
-                return result
-            time.sleep(0.5)
-        pods = self.cp.kubectl("get", "pods", "-n", NAMESPACE, "-o", "wide").stdout
-        events = self.cp.kubectl("get", "events", "-n", NAMESPACE).stdout
-        pytest.fail(
-            f"not after {TIMEOUT:.0f} s: {what}\npods:\n{pods}\nevents:\n{events[-3000:]}\n"
-            f"{component} log:\n{self.cp.log_tail(component, 30)}"
-        )
+        """:func:`shared_plane.wait_for` in the module's namespace: what ``check`` returned once it was a list."""
+        return wait_for(what, check, plane=self.cp, namespace=self.namespace, component=component)
 
 
 def allocatable(vcpus: int, memory_gib: int, hugepages_mib: int = 0) -> dict[str, str]:
@@ -137,51 +133,77 @@ def cluster_nodes() -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    absent = control_plane.missing_binaries(BIN_DIR, (*control_plane.REQUIRED, *BASE))
+def cluster(control_plane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The session's control plane (the fixture ``control_plane``, here a ControlPlane, not the module) with the
+    charts rendered into a namespace of the module's own, two p5 nodes and a system node."""
+    absent = missing_binaries(control_plane.bin_dir, BASE)
     if absent:
         pytest.skip(
-            f"real control-plane tier (not yet in CI): {', '.join(absent)} not built in {BIN_DIR}; build them "
-            f"with `make k8s` (k8s/build.sh; see docs/control-plane.md) or set {control_plane.BIN_DIR_VARIABLE}"
+            f"real control plane: {', '.join(absent)} not built in {control_plane.bin_dir}; build them "
+            f"with `make k8s` (k8s/build.sh; see docs/control-plane.md) or set {BIN_DIR_VARIABLE}"
         )
     try:
-        control_plane.kubectl_binary()
-    except control_plane.ControlPlaneError as err:
+        kubectl_binary()
+    except ControlPlaneError as err:
         pytest.skip(f"real control-plane tier: {err}")
-    operators = [name for name in control_plane.OPERATORS if not control_plane.missing_binaries(BIN_DIR, [name])]
     tmp = tmp_path_factory.mktemp("operators")
     outputs = tmp / "cdk-outputs.json"
     outputs.write_text(json.dumps(OUTPUTS))
-    dist = tmp / "dist"
-    write_dist(TrainingConfig(ray_image=RAY_TEST_IMAGE), dist, outputs_file=outputs)
-    with control_plane.ControlPlane(BIN_DIR, components=(*BASE, *operators)) as cp:
-        cluster = Cluster(cp, dist, tmp)
+    with Kube.connect(kubeconfig=str(control_plane.kubeconfig), context=None) as kube:
+        namespace = new_namespace(control_plane, kube, "operators")
+        dist = tmp / "dist"
+        render_dist(TrainingConfig(ray_image=RAY_TEST_IMAGE), dist, outputs_file=outputs, namespace=namespace)
+        cluster = Cluster(control_plane, dist, tmp, namespace)
         # The Namespace, ServiceAccount and ConfigMap the pods name, and the FSx PV + PVC they mount.
         for file in ("base.k8s.yaml", "fsx-storage.k8s.yaml"):
-            cp.kubectl("apply", "--server-side", "-f", str(dist / file))
+            control_plane.kubectl("apply", "--server-side", "-f", str(dist / file))
         nodes = cluster_nodes()
         cluster.apply("nodes", nodes)
+        try:
 
-        def ready() -> list[dict[str, Any]] | None:
-            got = list(cluster.nodes().values())
-            return got if len(got) == len(nodes) and all(_ready(node) for node in got) else None
+            def ready() -> list[dict[str, Any]] | None:
+                got = [cluster.nodes()[node["metadata"]["name"]] for node in nodes]
+                return got if all(_ready(node) for node in got) else None
 
-        cluster.wait_for("KWOK marks the nodes Ready", ready, "kwok")
+            cluster.wait_for("KWOK marks the nodes Ready", ready, "kwok")
 
-        def bound() -> list[dict[str, Any]] | None:
-            claims = json.loads(cp.kubectl("get", "pvc", "-n", NAMESPACE, "-o", "json").stdout)["items"]
-            return claims if claims and all(c["status"].get("phase") == "Bound" for c in claims) else None
+            def bound() -> list[dict[str, Any]] | None:
+                claims = json.loads(control_plane.kubectl("get", "pvc", "-n", namespace, "-o", "json").stdout)["items"]
+                return claims if claims and all(c["status"].get("phase") == "Bound" for c in claims) else None
 
-        cluster.wait_for("the PV controller binds the FSx claim", bound, "kube-controller-manager")
+            cluster.wait_for("the PV controller binds the FSx claim", bound, "kube-controller-manager")
 
-        def untainted() -> list[dict[str, Any]] | None:
-            got = list(cluster.nodes().values())
-            return None if any(control_plane.condition_tainted(node) for node in got) else got
+            def untainted() -> list[dict[str, Any]] | None:
+                got = [cluster.nodes()[node["metadata"]["name"]] for node in nodes]
+                return None if any(condition_tainted(node) for node in got) else got
 
-        cluster.wait_for(
-            "the node lifecycle controller lifts the not-ready taint", untainted, "kube-controller-manager"
-        )
-        yield cluster
+            cluster.wait_for(
+                "the node lifecycle controller lifts the not-ready taint", untainted, "kube-controller-manager"
+            )
+            yield cluster
+        finally:  # the nodes and the volume outlive the namespace: removed, so that no other test sees them
+            for kind in ("rayclusters.ray.io", "pytorchjobs.kubeflow.org"):  # KubeRay's GCS cleanup finalizer too
+                left = control_plane.kubectl("get", kind, "-n", namespace, "-o", "name", check=False).stdout.split()
+                for name in left:
+                    control_plane.kubectl("delete", name, "-n", namespace, "--wait=false")
+                    control_plane.kubectl(
+                        "patch", name, "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                        check=False,
+                    )  # fmt: skip
+            control_plane.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force")
+            names = [node["metadata"]["name"] for node in nodes]
+            control_plane.kubectl("delete", "nodes", *names, "--ignore-not-found")
+            control_plane.kubectl("delete", "pv", f"fsx-data-{namespace}", "--ignore-not-found", "--wait=false")
+            control_plane.kubectl(
+                "patch", "pv", f"fsx-data-{namespace}", "--type=merge", "-p", '{"metadata":{"finalizers":null}}',
+                check=False,
+            )  # fmt: skip
+            drop_namespace(control_plane, kube, namespace)
+            wait_for(
+                f"nodes {names} gone",
+                lambda: not set(names) & set(cluster.nodes()),
+                plane=control_plane,
+            )
 
 
 def _ready(node: dict[str, Any]) -> bool:
@@ -282,7 +304,7 @@ def test_training_operator_turns_the_pytorchjob_into_pods_on_gpu_nodes(cluster: 
     _assert_on_gpu_nodes(cluster, pods)
 
     # The GPU nodes free again for the next test: the garbage collector deletes the pods, KWOK ends them.
-    cluster.cp.kubectl("delete", "pytorchjob", name, "-n", NAMESPACE, "--wait=true")
+    cluster.cp.kubectl("delete", "pytorchjob", name, "-n", cluster.namespace, "--wait=true")
     cluster.wait_for(f"pods of {name} gone", lambda: [] if not cluster.pods(selector) else None, "kwok")
 
 
@@ -334,7 +356,7 @@ def test_kuberay_creates_the_head_then_gpu_workers_when_scaled(cluster: Cluster)
 
     wanted = len(GPU_NODES)
     patch = [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": wanted}]
-    cluster.cp.kubectl("patch", "raycluster", name, "-n", NAMESPACE, "--type=json", "-p", json.dumps(patch))
+    cluster.cp.kubectl("patch", "raycluster", name, "-n", cluster.namespace, "--type=json", "-p", json.dumps(patch))
     pods = cluster.wait_for(
         f"{wanted} GPU workers of RayCluster {name} bound and Running",
         lambda: _scheduled(cluster.pods(workers), wanted),

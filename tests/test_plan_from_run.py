@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,25 +31,16 @@ def plan_json(capsys, *argv: str) -> dict[str, Any]:
     return json.loads(out)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def payload_run(tmp_path_factory) -> tuple[Path, Path, list[dict[str, Any]]]:
+def payload_run(torch_launch, tmp_path_factory) -> tuple[Path, Path, list[dict[str, Any]]]:
     """train.py on 2 CPU ranks, async checkpoints every 2 steps, rank 0 exits before step 5, torchrun
     restarts it: its stdout and stderr files and every JSON record in them."""
     folder = tmp_path_factory.mktemp("run")
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}", "--max-restarts=1", "--monitor-interval=0.5",
-        str(REPO_ROOT / "workloads" / "train.py"), "--preset=tiny", "--batch-size=2", "--seq-len=64", "--steps=8",
-        f"--checkpoint-dir={folder / 'checkpoints'}", "--checkpoint-every=2", "--async-checkpoint", "--fail-at-step=5",
+    args = [
+        "--preset=tiny", "--batch-size=2", "--seq-len=64", "--steps=8", f"--checkpoint-dir={folder / 'checkpoints'}",
+        "--checkpoint-every=2", "--async-checkpoint", "--fail-at-step=5",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT / "workloads")
+    result = torch_launch.run("train.py", args, max_restarts=1)
     assert result.returncode == 0, result.stderr[-3000:]
     stdout, stderr = folder / "stdout.log", folder / "stderr.log"
     stdout.write_text(result.stdout)
@@ -61,7 +49,6 @@ def payload_run(tmp_path_factory) -> tuple[Path, Path, list[dict[str, Any]]]:
     return stdout, stderr, records
 
 
-@pytest.mark.torch
 def test_plans_with_what_the_payload_measured(capsys, payload_run) -> None:
     stdout, stderr, records = payload_run
     by_event = lambda name: [r for r in records if r.get("event") == name]  # noqa: E731
@@ -92,7 +79,6 @@ def test_plans_with_what_the_payload_measured(capsys, payload_run) -> None:
     assert "steps (Daly" in out
 
 
-@pytest.mark.torch
 def test_one_collected_log_with_prefixes_reads_the_same(capsys, payload_run, tmp_path: Path) -> None:
     stdout, stderr, _ = payload_run
     # kubectl logs --timestamps: both streams in one file, each line prefixed, stderr last.
@@ -106,7 +92,6 @@ def test_one_collected_log_with_prefixes_reads_the_same(capsys, payload_run, tmp
     assert together == separate
 
 
-@pytest.mark.torch
 def test_a_log_without_the_stall_takes_the_save_until_committed_as_an_upper_bound(
     capsys, payload_run, tmp_path: Path
 ) -> None:
@@ -126,7 +111,6 @@ def test_a_log_without_the_stall_takes_the_save_until_committed_as_an_upper_boun
     assert code == 0 and "median checkpoint save until committed (an upper bound on the stall)" in out
 
 
-@pytest.mark.torch
 def test_measured_throughput_sizes_a_job_in_tokens(capsys, payload_run) -> None:
     stdout, _, records = payload_run
     per_rank = statistics.median(r["tokens_per_s"] / 2 for r in records if r.get("event") == "step")
@@ -140,7 +124,6 @@ def test_measured_throughput_sizes_a_job_in_tokens(capsys, payload_run) -> None:
     assert result["wall_days_ideal"] == pytest.approx(1e9 / per_rank / 3600 / (4 * 8) / 24)
 
 
-@pytest.mark.torch
 def test_a_flag_overrides_a_measurement_and_says_so(capsys, payload_run) -> None:
     stdout, stderr, _ = payload_run
     argv = ["--from-run", str(stdout), "--from-run", str(stderr), "--recovery-auto", "hyperpod-auto"]
@@ -308,7 +291,6 @@ def test_ray_train_and_older_payloads_report_no_budget(tmp_path: Path, budget: s
     assert runs.shutdown_budget_seconds is None and runs.notes == ()
 
 
-@pytest.mark.torch
 def test_the_payloads_start_lines_carry_the_budget_torchrun_gives(payload_run, capsys) -> None:
     stdout, _, records = payload_run
     starts = [r for r in records if r.get("event") == "start"]

@@ -44,7 +44,7 @@ _assemblies: dict[Any, Path] = {}
 
 
 @pytest.fixture(scope="module")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def synthesized(extra_synth: None, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``synthesized(**context)`` -> the cdk.out folder of the app for the repo's cdk.json plus ``context``
     (cdk-nag off: these tests read templates), synthesized once per config."""
 

@@ -1,30 +1,24 @@
 """``llm-infra rehearse`` (issue 22) on the real control plane: the default app's deploy, both compute modes,
 runs every pod; a user's pod that cannot fit stays Pending with kube-scheduler's reason and fails the run.
 
-The rehearsals skip when ``make k8s`` has not built the control plane; bad input is checked without it.
+Each rehearsal starts a control plane of its own (the command does: that is what is under test), so these
+do not share the session's. The rehearsals skip when ``make k8s`` has not built the control plane
+(``k8s_binaries``); bad input is checked without it, on the session's default app.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, hyperpod_config, run_cli
+from conftest import REPO_ROOT, Synthesized, hyperpod_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.rehearsal import control_plane
 from llm_infra.rehearsal.rehearse import REQUIRED_COMPONENTS, node_object, plan
 
-BIN_DIR = control_plane.default_bin_dir()
-MISSING = control_plane.missing_binaries(BIN_DIR, REQUIRED_COMPONENTS)
-needs_control_plane = pytest.mark.skipif(
-    bool(MISSING),
-    reason=f"real control plane: {', '.join(MISSING)} not built in {BIN_DIR}; run `make k8s` "
-    f"or set {control_plane.BIN_DIR_VARIABLE} to prebuilt binaries",
-)
 NINE_GPUS = """
 apiVersion: v1
 kind: Pod
@@ -46,26 +40,29 @@ spec:
 """
 
 
-@pytest.fixture(scope="module")
-def synthesized(synth, tmp_path_factory) -> Callable[[TrainingConfig], list[str]]:
-    """``--cdk-out``/``--manifests`` flags for a config: the app synthesized, the manifests rendered."""
-
-    def flags(config: TrainingConfig) -> list[str]:
-        app = synth(config)
-        dist = app.outdir / "dist"
-        if not dist.is_dir():
-            write_dist(config, dist)
-        return ["--app-dir", str(REPO_ROOT), "--cdk-out", str(app.outdir), "--manifests", str(dist)]
-
-    return flags
+def app_flags(app: Synthesized, config: TrainingConfig) -> list[str]:
+    """``--cdk-out``/``--manifests`` flags for ``app``, synthesized for ``config``, its manifests rendered."""
+    dist = app.outdir / "dist"
+    if not dist.is_dir():
+        write_dist(config, dist)
+    return ["--app-dir", str(REPO_ROOT), "--cdk-out", str(app.outdir), "--manifests", str(dist)]
 
 
-@needs_control_plane
-def test_a_pod_that_cannot_fit_is_pending_with_the_schedulers_reason(synthesized, capsys, tmp_path: Path) -> None:
+@pytest.fixture
+def rehearsal_binaries(k8s_binaries) -> None:
+    """What ``llm-infra rehearse`` starts: every component it needs built, else skip."""
+    absent = control_plane.missing_binaries(k8s_binaries, REQUIRED_COMPONENTS)
+    if absent:
+        pytest.skip(f"real control plane: {', '.join(absent)} not built in {k8s_binaries}; run `make k8s`")
+
+
+def test_a_pod_that_cannot_fit_is_pending_with_the_schedulers_reason(
+    rehearsal_binaries, default_app, capsys, tmp_path: Path
+) -> None:
     (tmp_path / "big.yaml").write_text(NINE_GPUS)
     (tmp_path / "typo.yaml").write_text(UNKNOWN_FIELD_JOB)
     flags = [
-        *synthesized(TrainingConfig()),
+        *app_flags(default_app, TrainingConfig()),
         "--apply",
         str(tmp_path / "big.yaml"),
         "--apply",
@@ -108,9 +105,11 @@ def test_a_pod_that_cannot_fit_is_pending_with_the_schedulers_reason(synthesized
         assert not workers and {u["kind"] for u in report["unhandled"]} == {"PyTorchJob"}
 
 
-@needs_control_plane
-def test_the_hyperpod_app_rehearses_with_its_jobs_listed_as_having_no_controller_here(synthesized, capsys) -> None:
-    code, out, err = run_cli(capsys, "rehearse", *synthesized(hyperpod_config()), "-c", "compute=hyperpod")
+def test_the_hyperpod_app_rehearses_with_its_jobs_listed_as_having_no_controller_here(
+    rehearsal_binaries, synth, capsys
+) -> None:
+    config = hyperpod_config()
+    code, out, err = run_cli(capsys, "rehearse", *app_flags(synth(config), config), "-c", "compute=hyperpod")
 
     assert code == 0, out + err
     assert "rehearsal: PASS" in out and "modelled from the pinned charts" in out
@@ -121,8 +120,8 @@ def test_the_hyperpod_app_rehearses_with_its_jobs_listed_as_having_no_controller
     assert "ml.p5.48xlarge" in out and " Pending " not in out
 
 
-def test_bad_input_is_one_line_and_exit_2(synthesized, capsys, tmp_path: Path) -> None:
-    flags = synthesized(TrainingConfig())
+def test_bad_input_is_one_line_and_exit_2(default_app, capsys, tmp_path: Path) -> None:
+    flags = app_flags(default_app, TrainingConfig())
     code, out, err = run_cli(capsys, "rehearse", *flags, "--apply", str(tmp_path / "absent.yaml"))
     assert (code, out) == (2, "")
     assert err == (
@@ -138,16 +137,16 @@ def test_bad_input_is_one_line_and_exit_2(synthesized, capsys, tmp_path: Path) -
     assert code == 2 and "holds compute=eks templates, the config says hyperpod" in err
 
 
-def test_without_the_binaries_it_says_make_k8s(synthesized, capsys, tmp_path: Path, monkeypatch) -> None:
+def test_without_the_binaries_it_says_make_k8s(default_app, capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(control_plane.BIN_DIR_VARIABLE, str(tmp_path))
-    code, out, err = run_cli(capsys, "rehearse", *synthesized(TrainingConfig()))
+    code, out, err = run_cli(capsys, "rehearse", *app_flags(default_app, TrainingConfig()))
     assert (code, out) == (1, "")
     assert err.startswith("llm-infra: error: the control plane is not built (etcd, kube-apiserver,")
     assert "run `make k8s`" in err and err.count("\n") == 1
 
 
-def test_nodes_per_group_caps_each_group_and_says_so(synth) -> None:
-    app = synth(TrainingConfig())
+def test_nodes_per_group_caps_each_group_and_says_so(default_app) -> None:
+    app = default_app
     dist = app.outdir / "dist"
     if not dist.is_dir():
         write_dist(TrainingConfig(), dist)

@@ -8,6 +8,11 @@ pods as its closed-source operator would make them (``job_pods`` of tests/hyperp
 job left at rest, the RayCluster scaled to every GPU node, a validation job while Ray holds them, and
 (HyperPod) the training operator add-on's pods under each way the add-on may combine values. Skips
 without ``make k8s``.
+
+Each rehearsal has a control plane of its own (``own_control_plane``), not the session's: it deploys the whole
+app onto every node the templates create, cluster-wide state (DaemonSets, nodes, their capacity) that the
+outcomes read and no other test may add to. It stays up while the module's tests read it, so that a failure
+keeps its logs.
 """
 
 from __future__ import annotations
@@ -154,7 +159,7 @@ def operator_variants(templates: Templates) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
-def rehearsed(request, synth, tmp_path_factory) -> Iterator[Rehearsed]:
+def rehearsed(request, synth, own_control_plane, tmp_path_factory) -> Iterator[Rehearsed]:
     operators = ("training-operator", "kuberay-operator")
     absent = control_plane.missing_binaries(BIN_DIR, (*REQUIRED_COMPONENTS, *operators))
     if absent:
@@ -186,10 +191,10 @@ def rehearsed(request, synth, tmp_path_factory) -> Iterator[Rehearsed]:
     if config.compute == "hyperpod":
         steps.append(Step(VARIANTS, tuple(Applied(o, "test") for o in operator_variants(Templates(app.templates)))))
     rehearsal.steps = steps
-    with control_plane.ControlPlane(BIN_DIR, components=(*SIMULATION, *operators)) as cp:
+    with own_control_plane(components=(*SIMULATION, *operators)) as cp:
         report = rehearse(rehearsal, cp, timeout=60.0)
         live = json.loads(cp.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
-    yield Rehearsed(config, dist, {n.name.lower(): n for n in rehearsal.nodes}, steps, report, live)
+        yield Rehearsed(config, dist, {n.name.lower(): n for n in rehearsal.nodes}, steps, report, live)
 
 
 def _named(pods: list[PodResult], prefix: str) -> list[PodResult]:

@@ -38,6 +38,36 @@ def test_replace_failed_is_for_hyperpod_only(capsys) -> None:
     assert code == 2 and "--replace-failed: only with compute=hyperpod" in err
 
 
+@pytest.mark.parametrize("command", ["validate", "drill"])
+@pytest.mark.parametrize("name", ["Training", "a_b", "x-", "x" * 64, ""])
+def test_a_namespace_that_kubernetes_would_refuse_is_bad_input(capsys, command: str, name: str) -> None:
+    """No AWS call: --namespace must be a namespace's name (a DNS label), checked before anything runs."""
+    out_flag = ["--out", "r.json"] if command == "drill" else []
+    with pytest.raises(SystemExit) as exited:
+        run_cli(capsys, command, "--cluster", "train", *out_flag, "--namespace", name)
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and not out
+    assert f"argument --namespace: {name!r} is not a namespace name" in err
+
+
+@pytest.mark.parametrize("namespace", [None, "validation-a1"])
+def test_the_jobs_and_the_objects_they_need_are_rendered_in_the_namespace(namespace: str | None) -> None:
+    """--namespace renders every chart object the commands create or check there (default: the app's, training)."""
+    import argparse
+
+    from llm_infra.cli.commands.cluster_access import workload_values
+    from llm_infra.cli.commands.drill import _training_job
+
+    args = argparse.Namespace(app_dir=str(REPO_ROOT), outputs_file="cdk-outputs.json", namespace=namespace, job=None)
+    values = workload_values(args, app_config())
+    assert values.namespace == (namespace or "training") == (namespace or WorkloadValues.namespace)
+    objects = chart_objects(values)
+    namespaced = [o for o in [*objects.base, *objects.jobs] if o["kind"] not in ("Namespace", "PersistentVolume")]
+    assert namespaced and {o["metadata"]["namespace"] for o in namespaced} == {values.namespace}
+    assert [o["metadata"]["name"] for o in objects.base if o["kind"] == "Namespace"] == [values.namespace]
+    assert _training_job(args, app_config())["metadata"]["namespace"] == values.namespace
+
+
 def condition(kind: str, status: str) -> dict:
     return {"type": kind, "status": status, "lastTransitionTime": "2026-12-01T10:00:00Z"}
 

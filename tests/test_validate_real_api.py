@@ -6,12 +6,14 @@ are scheduled by the real scheduler and run by the real Job controller and train
 are checked by the API server against our schema and run by a stand-in for AWS's closed operator
 (tests/hyperpod_operator.py).
 
-AWS: EKS in moto; HyperPod's DescribeCluster through botocore's Stubber. Without the binaries
-(``make k8s``) every test here skips.
+AWS: EKS in moto; HyperPod's DescribeCluster through botocore's Stubber. Each test runs the command in a
+namespace of its own (``--namespace``, tests/kwok_cluster.py). Without the binaries (``make k8s``) every
+test here skips.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 from typing import Any
@@ -20,7 +22,7 @@ import pytest
 from chart_payload import ChartPayload
 from kwok_cluster import KwokCluster, PodRuntime, signal_when
 
-from conftest import REPO_ROOT, app_config, run_cli
+from conftest import REPO_ROOT, TorchLaunch, app_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY
@@ -30,10 +32,10 @@ GPU_NODES = ["gpu-a", "gpu-b"]
 FAST = ["--poll-seconds", "0.05", "--app-dir", str(REPO_ROOT)]
 
 
-def objects_for(config: TrainingConfig, nodes: int = len(GPU_NODES)) -> Any:
-    return chart_objects(
-        WorkloadValues.from_config(config.with_(gpu_nodes=nodes, gpu_nodes_min=None, gpu_nodes_max=None))
-    )
+def objects_for(config: TrainingConfig, namespace: str = WorkloadValues.namespace) -> Any:
+    """The chart's objects as the command renders them for GPU_NODES, in ``namespace``."""
+    sized = config.with_(gpu_nodes=len(GPU_NODES), gpu_nodes_min=None, gpu_nodes_max=None)
+    return chart_objects(dataclasses.replace(WorkloadValues.from_config(sized), namespace=namespace))
 
 
 def deployed(cluster: KwokCluster, config: TrainingConfig, *, gpus: int = 8) -> None:
@@ -41,7 +43,7 @@ def deployed(cluster: KwokCluster, config: TrainingConfig, *, gpus: int = 8) -> 
 
 
 def health_payload(config: TrainingConfig, faulty: frozenset[str] = frozenset()) -> ChartPayload:
-    """The health check's real output per node (computed now, before the command's deadlines start)."""
+    """The health check's real output per node (in-process, computed now, before the command's deadlines start)."""
     payload = ChartPayload(faulty_nodes=faulty)
     payload.warm(objects_for(config).jobs[:1], GPU_NODES)
     return payload
@@ -55,20 +57,21 @@ def names(objects: list[dict[str, Any]]) -> list[str]:
     return sorted(o["metadata"]["name"] for o in objects)
 
 
-def warmed(config: TrainingConfig) -> ChartPayload:
+def warmed(config: TrainingConfig, launch: TorchLaunch) -> ChartPayload:
     """Every chart job's real output per pod, computed now (torchrun on CPU), before the command's deadlines start."""
-    payload = ChartPayload()
+    payload = ChartPayload(launch=launch)
     payload.warm(objects_for(config).jobs, GPU_NODES)
     return payload
 
 
-@pytest.mark.torch
-def test_a_healthy_cluster_passes_every_stage_and_nothing_is_left(eks_cluster, training_operator, capsys) -> None:
+def test_a_healthy_cluster_passes_every_stage_and_nothing_is_left(
+    eks_cluster, training_operator, torch_launch, capsys
+) -> None:
     """The chart's three jobs run in order (a Job, then two PyTorchJobs that the real training operator
     turns into pods), each judged by its payload's verdict; exit 0; all deleted."""
     cluster, flags = eks_cluster
     config = app_config()
-    payload = warmed(config)
+    payload = warmed(config, torch_launch)
     deployed(cluster, config)
     with PodRuntime(cluster, payload) as runtime:
         code, out, err = validate(capsys, flags, "--json")
@@ -94,12 +97,11 @@ def test_a_healthy_cluster_passes_every_stage_and_nothing_is_left(eks_cluster, t
     assert "[2/3] PyTorchJob validation-2-allreduce" in err
 
 
-@pytest.mark.torch
-def test_the_table_shows_each_node_and_stage(eks_cluster, training_operator, capsys) -> None:
+def test_the_table_shows_each_node_and_stage(eks_cluster, training_operator, torch_launch, capsys) -> None:
     """The table has a row per node and a column per stage."""
     cluster, flags = eks_cluster
     config = app_config()
-    payload = warmed(config)
+    payload = warmed(config, torch_launch)
     deployed(cluster, config)
     with PodRuntime(cluster, payload):
         code, out, _ = validate(capsys, flags)
@@ -110,13 +112,14 @@ def test_the_table_shows_each_node_and_stage(eks_cluster, training_operator, cap
     assert lines[-1] == "validation of train: PASS"
 
 
-@pytest.mark.torch
-def test_hyperpod_mode_runs_the_hyperpod_pytorch_jobs(hyperpod_cluster, hyperpod_operator, capsys) -> None:
+def test_hyperpod_mode_runs_the_hyperpod_pytorch_jobs(
+    hyperpod_cluster, hyperpod_operator, torch_launch, capsys
+) -> None:
     """Stubber (DescribeCluster): with compute=hyperpod the chart's jobs are HyperPodPyTorchJobs; the API
     server accepts them against our schema (strict field validation), they run and pass, and are deleted."""
     cluster, flags = hyperpod_cluster
     config = app_config(compute="hyperpod")
-    payload = warmed(config)
+    payload = warmed(config, torch_launch)
     deployed(cluster, config)
     with PodRuntime(cluster, payload) as runtime:
         code, out, err = validate(capsys, flags, "--json")
@@ -143,7 +146,7 @@ def test_a_faulty_node_fails_the_health_check_and_stops_the_run(eks_cluster, cap
     assert sorted(p["node"] for p in health["pods"]) == GPU_NODES
     assert sorted(p["exit_code"] for p in health["pods"]) == [0, 1]
     assert len(runtime.done) == 2
-    assert "[1/3] Job validation-1-health" in err and "deleted Job training/validation-1-health" in err
+    assert "[1/3] Job validation-1-health" in err and f"deleted Job {cluster.namespace}/validation-1-health" in err
     assert cluster.jobs() == [] and cluster.job_pods() == []
 
 
@@ -190,13 +193,13 @@ def test_a_job_that_never_starts_names_the_likely_cause(eks_cluster, capsys) -> 
 def test_missing_platform_objects_are_named(eks_cluster, capsys) -> None:
     """Without the base chart (no cdk deploy yet): the missing objects are named, nothing is created."""
     cluster, flags = eks_cluster
-    cluster.reset(drop_namespace=True)
     cluster.add_node("gpu-a")
-    code, _, err = validate(capsys, flags)
+    absent = f"{cluster.namespace}-none"  # a namespace nothing creates (the last --namespace wins)
+    code, _, err = validate(capsys, flags, "--namespace", absent)
     assert code == 1
-    assert "Namespace training, ServiceAccount training/training, ConfigMap training/llm-infra-workloads" in err
-    assert "PersistentVolumeClaim training/fsx-data" in err
-    assert cluster.jobs() == []
+    assert f"Namespace {absent}, ServiceAccount {absent}/training, ConfigMap {absent}/llm-infra-workloads" in err
+    assert f"PersistentVolumeClaim {absent}/fsx-data" in err
+    assert cluster.kube.get("v1", "Namespace", absent) is None and cluster.jobs() == []
 
 
 def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks_cluster, capsys) -> None:
@@ -225,16 +228,17 @@ def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks_cl
         "--app-dir",
         str(app),
     )
-    assert code == 1 and "applied PersistentVolume fsx-data-training" in err
+    namespace = cluster.namespace
+    assert code == 1 and f"applied PersistentVolume fsx-data-{namespace}" in err
     for applied in (
-        "Namespace training",
-        "ServiceAccount training/training",
-        "ServiceAccount training/data-prep",
-        "ConfigMap training/llm-infra-workloads",
-        "PersistentVolumeClaim training/fsx-data",
+        f"Namespace {namespace}",
+        f"ServiceAccount {namespace}/training",
+        f"ServiceAccount {namespace}/data-prep",
+        f"ConfigMap {namespace}/llm-infra-workloads",
+        f"PersistentVolumeClaim {namespace}/fsx-data",
     ):
         assert f"applied {applied}" in err
-    volume = cluster.kube.get("v1", "PersistentVolume", "fsx-data-training")
+    volume = cluster.kube.get("v1", "PersistentVolume", f"fsx-data-{namespace}")
     assert volume is not None and volume["spec"]["csi"]["volumeHandle"] == outputs["FileSystemId"]
     managers = {m["manager"] for m in volume["metadata"]["managedFields"]}
     assert "llm-infra" in managers  # the server-side apply's field manager
@@ -247,10 +251,11 @@ def test_jobs_left_from_an_earlier_run_are_not_touched(eks_cluster, capsys) -> N
     cluster, flags = eks_cluster
     config = app_config()
     deployed(cluster, config)
-    earlier = objects_for(config).jobs[0]
+    earlier = objects_for(config, cluster.namespace).jobs[0]
     cluster.kube.create(earlier)
     code, _, err = validate(capsys, flags)
-    assert code == 1 and "Job training/validation-1-health already exist" in err and "--replace-existing" in err
+    assert code == 1 and f"Job {cluster.namespace}/validation-1-health already exist" in err
+    assert "--replace-existing" in err
     before = cluster.jobs()
     assert names(before) == ["validation-1-health"]
 
@@ -263,7 +268,7 @@ def test_an_interrupt_deletes_what_the_run_created(eks_cluster, capsys, signum) 
     sent: list[int] = []
     with signal_when(cluster, signum, sent):  # no runtime: the pods run until deleted
         code, _, err = validate(capsys, flags)
-    assert sent and code == 130 and "deleted Job training/validation-1-health" in err
+    assert sent and code == 130 and f"deleted Job {cluster.namespace}/validation-1-health" in err
     assert cluster.jobs() == [] and cluster.job_pods() == []
 
 

@@ -11,8 +11,9 @@ where it came from.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llm_infra.cli.aws import add_aws_flags, aws_client, resolve_region
@@ -47,6 +48,13 @@ def add_cluster_flags(parser: argparse.ArgumentParser, json_holds: str) -> None:
         help="kubeconfig context (default: the one 'aws eks update-kubeconfig' wrote for the cluster's EKS ARN)",
     )
     add_config_flags(parser)
+    parser.add_argument(
+        "--namespace",
+        type=namespace_name,
+        metavar="NAME",
+        help="the Kubernetes namespace of the jobs and of the platform objects they need (default: the app's, "
+        f"{WorkloadValues.namespace})",
+    )
     parser.add_argument(
         "--outputs-file",
         default="cdk-outputs.json",
@@ -101,13 +109,30 @@ def load_config(args: argparse.Namespace) -> TrainingConfig:
 
 def workload_values(args: argparse.Namespace, config: TrainingConfig) -> WorkloadValues:
     """The charts' values for ``config``, with what the outputs file tells (the FSx volume, the
-    checkpoint bucket): the same values ``make synth`` writes ``k8s_manifests/dist/`` with."""
+    checkpoint bucket): the same values ``make synth`` writes ``k8s_manifests/dist/`` with, in
+    ``--namespace`` when given (every chart object of the namespace follows ``values.namespace``)."""
     from llm_infra.k8s_manifests.render import deployed_values
 
     try:
-        return deployed_values(config, Path(args.app_dir) / args.outputs_file)
+        values = deployed_values(config, Path(args.app_dir) / args.outputs_file)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    namespace = getattr(args, "namespace", None)
+    return values if namespace is None else replace(values, namespace=namespace)
+
+
+# A namespace's name is a DNS label (RFC 1123), as the API server checks it.
+NAMESPACE_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def namespace_name(text: str) -> str:
+    """An argparse ``type`` for a Kubernetes namespace's name."""
+    if not NAMESPACE_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name: at most 63 lowercase letters, digits and '-', starting and ending "
+            "with a letter or digit"
+        )
+    return text
 
 
 def resolve_cluster(args: argparse.Namespace, config: TrainingConfig) -> ClusterTarget:
