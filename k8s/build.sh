@@ -7,8 +7,8 @@
 #   controller (sigs.k8s.io/kwok/cmd/kwok), the Kubeflow training operator v1
 #   (github.com/kubeflow/training-operator/cmd/training-operator.v1) and the KubeRay operator
 #   (github.com/ray-project/kuberay/ray-operator, main package at the module root).
-# The versions and the folder come from llm_infra/rehearsal/control_plane.py (`python -m llm_infra.rehearsal.control_plane
-# --versions`): .cache/k8s/<k8s>-<etcd>-<kwok>-training-operator-<v>-kuberay-<v>/ (or under
+# The versions (pinned in llm_infra/versions.py) and the folder come from `python -m llm_infra.rehearsal.control_plane
+# --versions`: .cache/k8s/<k8s>-<etcd>-<kwok>-training-operator-<v>-kuberay-<v>/ (or under
 # $LLM_INFRA_K8S_CACHE), each operator's CRDs (from its own module) into crds/<operator>/ there; a
 # binary already there is skipped, so a second run does nothing.
 # Usage: k8s/build.sh [binary ...] (default: all seven).
@@ -29,7 +29,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
 go=${GO:-go}
 
-# One place for the versions and the folder name: llm_infra/rehearsal/control_plane.py.
+# One place for the versions: llm_infra/versions.py; for the folder name: llm_infra/rehearsal/control_plane.py.
 declare -A version
 while read -r name value; do
     version[$name]=$value
@@ -41,7 +41,7 @@ mod_version() { awk -v m="$1" '$1 == m && $2 ~ /^v/ {print $2; exit}' "$here/go.
 for pair in k8s:k8s.io/kubernetes etcd:go.etcd.io/etcd/server/v3; do
     name=${pair%%:*} module=${pair#*:}
     if [[ $(mod_version "$module") != "${version[$name]}" ]]; then
-        echo "build.sh: $here/go.mod pins $module $(mod_version "$module"), llm_infra/rehearsal/control_plane.py" \
+        echo "build.sh: $here/go.mod pins $module $(mod_version "$module"), llm_infra/versions.py" \
             "says ${version[$name]}; regenerate go.mod with k8s/gen_gomod.sh or fix the constant" >&2
         exit 1
     fi

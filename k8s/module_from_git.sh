@@ -8,7 +8,7 @@
 #   e.g. k8s/module_from_git.sh github.com/ray-project/kuberay/ray-operator@v1.7.0 ~/src/kuberay/.git
 # GIT_DIR (a clone, bare or not) needs the tag (SUBDIR/vX.Y.Z) and that commit's SUBDIR tree; no
 # network. Honours GO, GOMODCACHE, GOFLAGS; then run k8s/build.sh as usual (with the same GOMODCACHE).
-# Without it k8s/build.sh builds KubeRay's fallback release (llm_infra/rehearsal/control_plane.py,
+# Without it k8s/build.sh builds KubeRay's fallback release (llm_infra/versions.py,
 # KUBERAY_FALLBACK_VERSION) and says so; once the pinned version is in the module cache, the next
 # k8s/build.sh replaces that fallback with it.
 set -euo pipefail

@@ -1,8 +1,13 @@
-"""Pinned versions of everything the stacks install into a cluster, in one place.
+"""Pinned versions of everything the stacks install into a cluster, and of the control plane ``make k8s``
+builds, in one place: a bump is one edit here (``tests/test_version_pins.py`` fails when a pinned version
+is written as a value anywhere else, or a comment or page names another one).
 
 EKS add-on versions are per Kubernetes version; check what your region offers with
 ``aws eks describe-addon-versions --kubernetes-version 1.34 --addon-name vpc-cni`` and bump here
-(the snapshot tests show every template change a bump causes).
+(the snapshot tests show every template change a bump causes). A Helm chart's pin also names the model
+``llm_infra/rehearsal/upstream_charts.py`` keeps of that chart (re-read its values at the new version), and
+KubeRay's the commit of its tag, from which ``llm_infra/rehearsal/crds.py`` fetches the CRDs (their
+sha256 changes with it).
 """
 
 from __future__ import annotations
@@ -89,7 +94,29 @@ KUBERAY_OPERATOR = HelmChartPin(
     version="1.7.0",
     namespace="kuberay-system",
 )
+# The commit of ray-project/kuberay's tag for that version: its CRDs (llm_infra/rehearsal/crds.py) and the
+# sources the chart model and the tests cite are read there.
+KUBERAY_COMMIT = "59d663aeec13760646da3db9c1cf8cfe883e30b7"
 
 # The data-preparation Job: fetches the Hugging Face token (AWS CLI), tokenizes (tokenizers).
 AWS_CLI_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.36.44"
 TOKENIZERS_VERSION = "0.23.2"  # = the `data` extra in pyproject.toml (a test keeps them equal)
+
+
+# ---- the control plane ``make k8s`` builds (llm_infra/rehearsal/control_plane.py runs it) -------------
+# k8s/build.sh reads these through ``python -m llm_infra.rehearsal.control_plane --versions``; k8s/go.mod
+# must pin the first two (k8s/gen_gomod.sh K8S_VERSION generates it; build.sh refuses a mismatch).
+K8S_VERSION = "v1.34.4"
+ETCD_VERSION = "v3.6.4"
+KWOK_VERSION = "v0.7.0"
+# AWS's HyperPod dependencies chart (aws/sagemaker-hyperpod-cli 011ca92, charts/training-operators)
+# runs image kubeflow/training-operator:v1-855e096. The proxy refuses that commit's pseudo-version
+# (403), and this is the release whose manifests pin that very image: its Go code (cmd, pkg, go.mod,
+# go.sum) is identical to 855e096; only the Python SDK and the manifests' tags differ.
+TRAINING_OPERATOR_VERSION = "v1.7.0"
+# The KubeRay operator is the pinned chart's (KUBERAY_OPERATOR). The next-best real one, built when the
+# pinned one cannot be (k8s/build.sh says so in one line): the module proxy answers "403 ... This module
+# version is not available" for the pinned zip of github.com/ray-project/kuberay/ray-operator
+# (2026-12-04; its .info and .mod are served), and serves this, the newest release below it (its
+# @v/list is stale). Our rendered RayCluster and RayJob use no field its CRDs lack (checked against both).
+KUBERAY_FALLBACK_VERSION = "v1.6.0"

@@ -30,6 +30,7 @@ from llm_infra.rehearsal.deploy_workloads import (
     template_nodes,
 )
 from llm_infra.rehearsal.upstream_charts import PodTemplate, chart_model, hyperpod_chart
+from llm_infra.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
 
 # With a Ray image, so that dist holds the Ray manifests too (it changes no template).
 CONFIGS = {"eks": TrainingConfig(ray_image=RAY_TEST_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_TEST_IMAGE)}
@@ -73,7 +74,7 @@ def gpu_nodes(cluster: list[NodeSpec]) -> list[NodeSpec]:
 def test_the_nvidia_charts_default_affinity_matches_none_of_our_nodes(deployed: Deployment) -> None:
     # Only a nodeSelector on our label (the first version's values) keeps the chart's default affinity
     # (NFD or nvidia.com/gpu.present labels), which EKS and HyperPod nodes do not carry.
-    (plugin, _) = chart_model("nvidia-device-plugin", "0.18.2").render(
+    (plugin, _) = chart_model(NVIDIA_DEVICE_PLUGIN.chart, NVIDIA_DEVICE_PLUGIN.version).render(
         {"nodeSelector": {"llm-infra.aws/node-role": "gpu"}}
     )
     assert all(admission_problem(n, plugin.spec) for n in deployed.nodes())
@@ -81,7 +82,7 @@ def test_the_nvidia_charts_default_affinity_matches_none_of_our_nodes(deployed: 
 
 def test_the_efa_charts_default_instance_list_misses_hyperpod_nodes(synth) -> None:
     deployed_nodes = [n for n in template_nodes(Templates(synth(CONFIGS["hyperpod"]).templates)) if n.efa_devices]
-    (plugin,) = chart_model("aws-efa-k8s-device-plugin", "v0.5.21").render(
+    (plugin,) = chart_model(EFA_DEVICE_PLUGIN.chart, EFA_DEVICE_PLUGIN.version).render(
         {"nodeSelector": {"llm-infra.aws/efa": "true"}}
     )
     assert deployed_nodes and all(admission_problem(n, plugin.spec) for n in deployed_nodes)

@@ -9,7 +9,7 @@ import pytest
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
-from llm_infra.versions import TOKENIZERS_VERSION
+from llm_infra.versions import KUBERAY_OPERATOR, TOKENIZERS_VERSION
 
 CLUSTER = "-cluster"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -52,7 +52,7 @@ def test_fsx_ids_cross_from_the_storage_stack_as_tokens(default_app) -> None:
 def test_kuberay_operator_is_pinned_and_installed_after_the_system_nodes(default_app) -> None:
     charts = default_app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart")
     (operator_id,) = [k for k, v in charts.items() if v["Properties"].get("Chart") == "kuberay-operator"]
-    assert charts[operator_id]["Properties"]["Version"] == "1.7.0"
+    assert charts[operator_id]["Properties"]["Version"] == KUBERAY_OPERATOR.version
     assert charts[operator_id]["Properties"]["Repository"] == "https://ray-project.github.io/kuberay-helm/"
     (system_nodes,) = [
         k

@@ -22,7 +22,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError, ConnectTimeoutError, EndpointConnectionError, ReadTimeoutError
 
-from llm_infra.config import KUBERNETES_VERSIONS, TrainingConfig
+from llm_infra.config import (
+    HYPERPOD_CPU_INSTANCE_TYPE,
+    HYPERPOD_HELM_TEMPLATE_KEY,
+    HYPERPOD_SETUP_BUCKET,
+    KUBERNETES_VERSIONS,
+    TrainingConfig,
+)
 from llm_infra.instance_types import EfaLayout
 from llm_infra.preflight import create_only
 from llm_infra.preflight.create_only import Replacement, Synthesized
@@ -32,8 +38,6 @@ PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
 
 ClientFactory = Callable[[str], Any]  # service name ("ec2", "eks", ...) -> boto3 client
 
-# The HyperPod CPU instance group's type (stacks/cluster_stack.py, ``_hyperpod``).
-HYPERPOD_CPU_INSTANCE_TYPE = "ml.m5.2xlarge"
 # HyperPod account quotas (docs: sagemaker-hyperpod-prerequisites, "List of common service quotas to
 # create a HyperPod cluster"); the instance-type quotas are named "ml.<instance_type> for cluster usage".
 HYPERPOD_TOTAL_INSTANCES_QUOTA = "Total number of instances allowed across SageMaker HyperPod clusters"
@@ -65,8 +69,8 @@ HYPERPOD_TRAINING_OPERATOR_ADDON = "amazon-sagemaker-hyperpod-training-operator"
 HYPERPOD_TRAINING_OPERATOR_DOCUMENTED = ("1.28", "1.29", "1.30", "1.31", "1.32", "1.33")
 HYPERPOD_TRAINING_OPERATOR_PIN_SOURCE = "awslabs/awsome-distributed-ai PR #1076 (commit 414d4da; llm_infra/versions.py)"
 # The template AWS's HyperPod Helm stack nests (constructs/hyperpod_dependencies.py HELM_CHART_TEMPLATE_URL).
-HELM_TEMPLATE_BUCKET = "aws-sagemaker-hyperpod-cluster-setup-{region}-prod"
-HELM_TEMPLATE_KEY = "templates/helm-chart-template.yaml"
+HELM_TEMPLATE_BUCKET = HYPERPOD_SETUP_BUCKET
+HELM_TEMPLATE_KEY = HYPERPOD_HELM_TEMPLATE_KEY
 # CDK's default bootstrap: the stack, and the version parameter each synthesized template's
 # CheckBootstrapVersion rule reads (it rejects versions 1-5).
 CDK_TOOLKIT_STACK = "CDKToolkit"

@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import json
+import logging
 import mmap
 import os
+import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -37,33 +40,27 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any
+from types import FrameType, TracebackType
+from typing import Any, cast
 
-from llm_infra.versions import KUBERAY_OPERATOR
+from llm_infra.ops.kube import Kube, KubeError
+from llm_infra.rehearsal.ports import Reservation, reserve, reserve_port
+from llm_infra.versions import (
+    ETCD_VERSION,
+    K8S_VERSION,
+    KUBERAY_FALLBACK_VERSION,
+    KUBERAY_OPERATOR,
+    KWOK_VERSION,
+    TRAINING_OPERATOR_VERSION,
+)
 
 # The versions k8s/build.sh builds (it reads them with ``--versions``; k8s/go.mod must pin the first
-# two); the cache folder is named after all five (the pins, also when a fallback below is built there).
-K8S_VERSION = "v1.34.4"
-ETCD_VERSION = "v3.6.4"
-KWOK_VERSION = "v0.7.0"
-# AWS's HyperPod dependencies chart (aws/sagemaker-hyperpod-cli 011ca92, charts/training-operators)
-# runs image kubeflow/training-operator:v1-855e096. The proxy refuses that commit's pseudo-version
-# (403), and v1.7.0 is the release whose manifests pin that very image: its Go code (cmd, pkg,
-# go.mod, go.sum) is identical to 855e096; only the Python SDK and the manifests' tags differ.
-TRAINING_OPERATOR_VERSION = "v1.7.0"
-KUBERAY_VERSION = f"v{KUBERAY_OPERATOR.version}"  # the pinned kuberay-operator chart
-# The next-best real KubeRay operator, built when the pinned one cannot be (k8s/build.sh says so in one
-# line): the module proxy answers "403 ... This module version is not available" for the v1.7.0 zip of
-# github.com/ray-project/kuberay/ray-operator (2026-12-04; its .info and .mod are served), and serves
-# v1.6.0, the newest release below it (its @v/list is stale: it lists only v1.4.0 and v1.5.0). Built
-# with its own CRDs into the pinned folder; the binary's Go build info says which one it is
-# (built_version), and the next k8s/build.sh replaces it as soon as the pinned one can be downloaded.
-# Our rendered RayCluster and RayJob use no field that v1.6.0's CRDs lack (checked against both).
-KUBERAY_FALLBACK_VERSION = "v1.6.0"
+# two) live in llm_infra/versions.py; the cache folder is named after the five pins (also when the
+# KubeRay fallback is built there).
+KUBERAY_VERSION = f"v{KUBERAY_OPERATOR.version}"  # the pinned kuberay-operator chart's operator
 FALLBACK_VERSIONS = {"kuberay-operator": KUBERAY_FALLBACK_VERSION}
 BIN_DIR_VARIABLE = "LLM_INFRA_K8S_BIN_DIR"
 CACHE_VARIABLE = "LLM_INFRA_K8S_CACHE"
@@ -211,10 +208,11 @@ def kubectl_binary(cache_dir: Path = CACHE_DIR) -> Path:
 
 
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
+    """A loopback port reserved and held until this process ends (:func:`llm_infra.rehearsal.ports.reserve_port`
+    with ``hold``): no other reserving process gets it, and no program binds it without ``SO_REUSEADDR``, which
+    the server it is for must set (Go's servers, torch's TCPStore and Python's socketserver do). Kept for
+    callers that want a number; ``ports.reserve()`` gives a reservation to release once the server is done."""
+    return reserve_port(LOOPBACK, hold=True)
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -251,11 +249,249 @@ def write_certificates(directory: Path) -> None:
     _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
 
 
+# ---- stopping on signals --------------------------------------------------------------------------
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(BaseException):  # like KeyboardInterrupt: a request to stop, not an error
+    """SIGINT, SIGTERM or SIGHUP arrived inside :func:`stop_on_signals`: unwind, stopping what was started.
+    ``exit_code`` is the shell's 128 + the signal's number (130, 143, 129)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class _SignalGuard:
+    """While ``depth`` > 0 (stopping processes, starting one), a stop signal is remembered, not raised."""
+
+    depth = 0
+    pending: int | None = None
+
+
+_guard = _SignalGuard()
+
+
+def _on_stop_signal(signum: int, frame: FrameType | None) -> None:
+    if _guard.depth:
+        _guard.pending = _guard.pending or signum
+        return
+    raise Stopped(signum)
+
+
+class _Deferred:
+    """Defer :class:`Stopped` to the end of the block: what it does (registering a child it started,
+    stopping the children) is not cut in half; the signal is raised once it is done."""
+
+    def __enter__(self) -> None:
+        _guard.depth += 1
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        _guard.depth -= 1
+        if _guard.depth == 0 and _guard.pending is not None:
+            signum, _guard.pending = _guard.pending, None
+            if exc_type is None or not issubclass(exc_type, Stopped | KeyboardInterrupt):
+                raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Within: SIGINT, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread, so that a ``with
+    ControlPlane(...)`` inside unwinds and stops every process it started; the handlers are installed even
+    where the signal was inherited ignored (a shell's background job gets SIGINT ignored), and the previous
+    ones restored on exit. Call it from the main thread."""
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+    for signum in signals:
+        signal.signal(signum, _on_stop_signal)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel SIGKILL the child when the thread that started it ends (Linux's
+    ``PR_SET_PDEATHSIG``), so that nothing outlives a parent that was SIGKILLed; None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return in_child
+
+
+# ---- the Kubernetes client --------------------------------------------------------------------------
+CRD_API = "apiextensions.k8s.io/v1"
+FIELD_MANAGER = "llm-infra-control-plane"
+
+
+class LocalKube(Kube):
+    """:class:`llm_infra.ops.kube.Kube` (the one Kubernetes client) with what a rehearsal adds: server-side
+    apply under a field manager of its own, with strict field validation and as a dry run; a status patch;
+    reads as plain JSON (the dynamic client's wrapping of a megabyte CRD costs seconds). Every API error is
+    a :class:`~llm_infra.ops.kube.KubeError` that names the object and carries the API server's message."""
+
+    def __enter__(self) -> LocalKube:
+        return self
+
+    def apply_as(
+        self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, dry_run: bool = False, strict: bool = True
+    ) -> None:
+        """Server-side apply ``obj``, taking over fields others set; ``strict``: an unknown or duplicate field
+        is refused (``fieldValidation=Strict``), not dropped."""
+        resource = self._resource(obj["apiVersion"], obj["kind"])
+        namespace = (obj.get("metadata") or {}).get("namespace") or ("default" if resource.namespaced else None)
+        if not (obj.get("metadata") or {}).get("name"):
+            raise KubeError(f"apply {object_ref(obj)}: a server-side apply needs metadata.name")
+        self._call(
+            f"apply {object_ref(obj)}",
+            lambda: _drain(
+                resource.server_side_apply(
+                    body=obj,
+                    namespace=namespace,
+                    field_manager=field_manager,
+                    force_conflicts=True,
+                    dry_run="All" if dry_run else None,
+                    query_params=[("fieldValidation", "Strict" if strict else "Ignore")],
+                    serialize=False,
+                )
+            ),
+        )
+
+    def patch_status(self, api_version: str, kind: str, name: str, patch: dict[str, Any]) -> None:
+        """A JSON merge patch of a cluster-scoped object's ``status`` subresource (a Node's capacity)."""
+        status = self._resource(api_version, kind).subresources["status"]
+        self._call(
+            f"patch {kind}/{name} status",
+            lambda: _drain(
+                status.patch(body=patch, name=name, content_type="application/merge-patch+json", serialize=False)
+            ),
+        )
+
+    def items(self, api_version: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every ``kind`` (in every namespace unless ``namespace``), as the API serves them, each with its
+        ``apiVersion`` and ``kind``."""
+        resource = self._resource(api_version, kind)
+        answer = self._call(f"list {kind}", lambda: _json(resource.get(namespace=namespace, serialize=False)))
+        items = list(answer.get("items") or [])
+        for item in items:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
+
+    def read(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
+        """The object as the API serves it, or None when there is none."""
+        resource = self._resource(api_version, kind)
+        return self._call(  # type: ignore[no-any-return]
+            f"get {kind}/{name}",
+            lambda: _json(resource.get(name=name, namespace=namespace, serialize=False)),
+            missing_ok=True,
+        )
+
+    def server_version(self) -> str:
+        """The API server's gitVersion (``/version``)."""
+        from kubernetes import client
+
+        return str(client.VersionApi(self.api_client).get_code().git_version)
+
+    def wait_established(self, definitions: Sequence[dict[str, Any]], timeout: float) -> None:
+        """Until the API serves each CustomResourceDefinition in ``definitions`` (bounded by ``timeout``): its
+        plural is listed in the discovery of each served version, which the API server does only once the
+        CRD is Established. (Polling the CRDs' conditions would fetch their megabytes of schema each time.)"""
+        deadline = time.monotonic() + timeout
+        pending = list(definitions)
+        while True:
+            pending = [crd for crd in pending if not self._served(crd)]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(str(crd["metadata"]["name"]) for crd in pending)
+                raise ControlPlaneError(f"CRDs not Established after {timeout:.0f} s: {names}")
+            time.sleep(0.2)
+
+    def _served(self, crd: dict[str, Any]) -> bool:
+        from kubernetes.dynamic.exceptions import DynamicApiError
+
+        spec = crd.get("spec") or {}
+        plural = (spec.get("names") or {}).get("plural")
+        for version in spec.get("versions") or []:
+            if not version.get("served", True):
+                continue
+            try:
+                path = f"/apis/{spec.get('group')}/{version['name']}"
+                found = _json(self._dynamic.request("get", path, serialize=False))
+            except DynamicApiError:  # 404 until the group is served
+                return False
+            if plural not in {r.get("name") for r in found.get("resources") or []}:
+                return False
+        return True
+
+
+def object_ref(obj: dict[str, Any]) -> str:
+    """``Kind namespace/name`` of an object (``Kind name`` when cluster-scoped)."""
+    meta = obj.get("metadata") or {}
+    where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+    return f"{obj.get('kind')} {where}{meta.get('name')}"
+
+
+def _json(response: Any) -> dict[str, Any]:
+    """The JSON body of a raw response (read whole, so that its connection goes back to the pool clean)."""
+    return dict(json.loads(_drain(response)))
+
+
+def _drain(response: Any) -> bytes:
+    try:
+        return bytes(response.data)
+    finally:
+        response.release_conn()
+
+
+# ---- the control plane ------------------------------------------------------------------------------
+BIND_FAILED = re.compile(r"(?:listen tcp \S+?: )?bind: address already in use")  # Go's net.Listen error
+START_ATTEMPTS = 3
+# How long each wave of a stop may take after its SIGTERM before it is SIGKILLed: the API server's clients
+# (every component but the two servers: ""), then kube-apiserver, then etcd.
+SERVERS = ("kube-apiserver", "etcd")
+STOP_WAVES = (("", 3.0), ("kube-apiserver", 5.0), ("etcd", 2.0))
+KEEP_LOGS_VARIABLE = "LLM_INFRA_K8S_KEEP_LOGS"
+LOGS_DIR_VARIABLE = "LLM_INFRA_K8S_LOGS_DIR"
+_LOG = logging.getLogger(__name__)
+
+
+class _BindFailed(ControlPlaneError):
+    """A component could not bind a port reserved for it: something outside the reservations took it."""
+
+
 @dataclass
 class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    reservations: list[Reservation] = field(default_factory=list)
+    scanned: int = 0  # how far its log was searched for a bind failure
+
+    @property
+    def ports(self) -> list[int]:
+        return [r.port for r in self.reservations]
 
 
 @dataclass
@@ -264,13 +500,22 @@ class ControlPlane:
 
     ``components``: the optional ones to start; ``None`` starts each of ``OPTIONAL`` found in
     ``bin_dir``. The operators' CRDs (``operator_crds``) are applied and Established before any
-    operator starts. ``keep``: leave the temporary folder (logs, kubeconfig) behind on exit.
+    operator starts. ``keep``: leave the temporary folder (logs, kubeconfig, etcd's data) behind on exit.
+    ``keep_logs`` (or ``$LLM_INFRA_K8S_KEEP_LOGS=1``): keep the components' logs on every stop; they are
+    kept anyway after a failed start, or when the ``with`` block raised an error, in a new folder under
+    ``logs_dir`` (``$LLM_INFRA_K8S_LOGS_DIR``, else the temp dir), named in the error, in a warning logged
+    by this module and in :attr:`logs_kept`. ``start_attempts``: how often a component that could not bind
+    its port (taken by a program outside :mod:`llm_infra.rehearsal.ports` after it was reserved) is
+    started again on new ports; each retry is noted in :attr:`retries`.
     """
 
     bin_dir: Path
     components: Sequence[str] | None = None
     startup_timeout: float = 120.0
     keep: bool = False
+    keep_logs: bool = False
+    logs_dir: Path | None = None
+    start_attempts: int = START_ATTEMPTS
     workdir: Path = field(init=False)
     kubeconfig: Path = field(init=False)
     etcd_url: str = field(init=False, default="")
@@ -278,6 +523,9 @@ class ControlPlane:
     token: str = field(init=False, default="")
     startup_seconds: dict[str, float] = field(init=False, default_factory=dict)
     operator_versions: dict[str, str | None] = field(init=False, default_factory=dict)  # built_version
+    retries: list[str] = field(init=False, default_factory=list)
+    logs_kept: Path | None = field(init=False, default=None)
+    stop_seconds: float | None = field(init=False, default=None)
     _processes: list[_Process] = field(init=False, default_factory=list)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -289,9 +537,13 @@ class ControlPlane:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.stop()
+        failed = exc_type is not None and issubclass(exc_type, Exception)
+        self.stop(keep_logs=True if failed else None)
 
     def start(self) -> None:
+        """Start etcd, kube-apiserver, then the optional components, each waited on until healthy; the
+        operators after their CRDs. On any failure, or an interrupt, everything started is stopped first;
+        a :class:`ControlPlaneError` then names the folder the logs are kept in."""
         absent = missing_binaries(self.bin_dir)
         if absent:
             raise ControlPlaneError(f"{', '.join(absent)} not in {self.bin_dir}: run {BUILD_COMMAND}")
@@ -308,42 +560,103 @@ class ControlPlane:
             self.operator_versions[name] = built_version(self.bin_dir, name)
         self.workdir = Path(tempfile.mkdtemp(prefix="llm-infra-cp-"))
         self.kubeconfig = self.workdir / "kubeconfig"
-        try:  # BaseException: Ctrl-C while waiting still stops what was started
+        try:  # BaseException: Ctrl-C or a stop signal while waiting still stops what was started
             began = time.monotonic()
             write_certificates(self.workdir)
-            self._start_etcd()
-            self._start_apiserver()
+            self._start("etcd", self._launch_etcd)
+            self._start("kube-apiserver", self._launch_kube_apiserver)
             self.startup_seconds["etcd+kube-apiserver"] = time.monotonic() - began
             if operators:
                 began = time.monotonic()
                 self.apply_crds([crd for name in operators for crd in operator_crds(self.bin_dir, name)])
                 self.startup_seconds["operator CRDs"] = time.monotonic() - began
             for name in optional:
-                getattr(self, "_start_" + name.replace("-", "_"))()
+                self._start(name, getattr(self, "_launch_" + name.replace("-", "_")))
+        except Exception as err:  # every error ends as one ControlPlaneError that names the kept logs
+            self.stop(keep_logs=True)
+            what = str(err) if isinstance(err, ControlPlaneError | KubeError) else f"{type(err).__name__}: {err}"
+            raise ControlPlaneError(f"{what}\n(the components' logs are kept in {self.logs_kept})") from err
         except BaseException:
             self.stop()
             raise
 
-    def stop(self) -> None:
-        """SIGTERM every process, newest first, by PID; SIGKILL what is still up after 10 s."""
-        while self._processes:
-            proc = self._processes.pop()
-            if proc.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.popen.pid, signal.SIGTERM)
-                try:
-                    proc.popen.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc.popen.pid, signal.SIGKILL)
-                    proc.popen.wait(timeout=10)
-        if not self.keep and getattr(self, "workdir", None) is not None and self.workdir.exists():
-            shutil.rmtree(self.workdir, ignore_errors=True)
+    def stop(self, *, keep_logs: bool | None = None) -> None:
+        """Stop every process in three waves, each SIGTERMed as a process group and SIGKILLed when still up
+        after its grace: the API server's clients (controllers, KWOK, operators; 3 s), kube-apiserver (5 s),
+        etcd (2 s): etcd stopped under a live API server left it retrying for 10 s. Then release the ports;
+        keep the logs when ``keep_logs`` (None: when asked, ``keep_logs`` or ``$LLM_INFRA_K8S_KEEP_LOGS``);
+        remove the temporary folder unless ``keep``. A stop signal that arrives meanwhile is raised once this
+        is done. Idempotent."""
+        began = time.monotonic()
+        with _Deferred():
+            processes = list(reversed(self._processes))
+            try:
+                for wave, grace in STOP_WAVES:
+                    _stop_group([p for p in processes if (p.name if p.name in SERVERS else "") == wave], grace)
+            finally:
+                _stop_group(processes, 0)  # only what an exception above left running: SIGKILL
+                for proc in processes:
+                    for reservation in proc.reservations:
+                        reservation.release()
+                    with contextlib.suppress(ValueError):
+                        self._processes.remove(proc)
+                if processes:
+                    self.stop_seconds = time.monotonic() - began
+                if keep_logs is None:
+                    keep_logs = self.keep_logs or os.environ.get(KEEP_LOGS_VARIABLE, "") not in ("", "0")
+                if keep_logs:
+                    self._keep_logs()
+                if not self.keep and getattr(self, "workdir", None) is not None and self.workdir.exists():
+                    shutil.rmtree(self.workdir, ignore_errors=True)
 
     # --- use -----------------------------------------------------------------------------------
 
+    @property
+    def pids(self) -> dict[str, int]:
+        """Each running component's PID (also its process group's: it leads a session of its own)."""
+        return {proc.name: proc.popen.pid for proc in self._processes}
+
+    @property
+    def ports(self) -> dict[str, list[int]]:
+        """The loopback ports reserved for each running component (:mod:`llm_infra.rehearsal.ports`)."""
+        return {proc.name: proc.ports for proc in self._processes}
+
+    @property
+    def running(self) -> list[str]:
+        """The components started and not yet stopped, in start order."""
+        return [proc.name for proc in self._processes]
+
+    @property
+    def ca_file(self) -> Path:
+        """The CA that signed the API server's (and the controllers') serving certificate."""
+        return self.workdir / "ca.crt"
+
+    def log_path(self, name: str) -> Path:
+        """Where component ``name`` writes its log (in the temporary folder, or :attr:`logs_kept` once kept)."""
+        if self.logs_kept is not None and (self.logs_kept / f"{name}.log").exists():
+            return self.logs_kept / f"{name}.log"
+        return self.workdir / f"{name}.log"
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        path = self.log_path(name)
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def kube(self) -> LocalKube:
+        """A :class:`LocalKube` (:class:`llm_infra.ops.kube.Kube`) on this control plane; close it after use."""
+        return cast(LocalKube, LocalKube.connect(kubeconfig=str(self.kubeconfig), context=None))
+
+    def server_version(self) -> str:
+        """The API server's gitVersion (``v1.34.4``), read from ``/version``."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        request = urllib.request.Request(f"{self.server}/version", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return str(json.load(response)["gitVersion"])
+
     def kubectl(self, *args: str, timeout: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run kubectl against this control plane; output captured as text."""
+        """Run kubectl against this control plane; output captured as text. Nothing here needs it (the control
+        plane and ``rehearse`` use :meth:`kube`); it stays for tests and people who want kubectl's output."""
         result = subprocess.run(
             [str(kubectl_binary()), "--kubeconfig", str(self.kubeconfig), *args],
             capture_output=True,
@@ -357,67 +670,114 @@ class ControlPlane:
         return result
 
     def apply_crds(self, files: Sequence[Path], timeout: float = 60.0) -> list[str]:
-        """Server-side apply the CRDs in ``files`` (too big for a client-side apply's annotation) and
-        wait until each is Established. Returns their names (``customresourcedefinition.../...``)."""
-        names = self.kubectl("apply", "--server-side", "-o", "name", *(f"--filename={f}" for f in files)).stdout.split()
-        # Polled, with a template: `kubectl wait --for=condition=Established` and jsonpath filters fail
-        # outright on a CRD that has no conditions yet, and `-o json` would bring megabytes of schema.
-        template = (
-            '{{range .items}}{{.metadata.name}}{{range .status.conditions}}{{if eq .type "Established"}}'
-            ' {{.status}}{{end}}{{end}}{{"\\n"}}{{end}}'
-        )
-        deadline = time.monotonic() + timeout
-        while True:
-            rows = self.kubectl("get", "customresourcedefinitions", "-o", f"go-template={template}").stdout
-            established = {row.split()[0] for row in rows.splitlines() if row.split()[1:] == ["True"]}
-            pending = [name for name in names if name.split("/", 1)[1] not in established]
-            if not pending:
-                return names
-            if time.monotonic() > deadline:
-                raise ControlPlaneError(f"CRDs not Established after {timeout:.0f} s: {', '.join(pending)}")
-            time.sleep(0.2)
+        """Server-side apply the CRDs in ``files`` and wait until each is Established. Returns their names
+        as kubectl prints them (``customresourcedefinition.apiextensions.k8s.io/NAME``)."""
+        import yaml
 
-    def log_tail(self, name: str, lines: int = 20) -> str:
-        for proc in self._processes:
-            if proc.name == name and proc.log.exists():
-                return "\n".join(proc.log.read_text(errors="replace").splitlines()[-lines:])
-        return ""
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: the CRDs are megabytes
+        documents = [doc for path in files for doc in yaml.load_all(path.read_text(), Loader=loader) if doc]
+        with self.kube() as kube:
+            for doc in documents:
+                kube.apply_as(doc)
+            kube.wait_established(documents, timeout)
+        return [f"customresourcedefinition.apiextensions.k8s.io/{doc['metadata']['name']}" for doc in documents]
 
     # --- components ----------------------------------------------------------------------------
 
-    def _spawn(self, name: str, args: list[str], *, unset: Sequence[str] = ()) -> _Process:
-        """Start ``name`` from ``bin_dir``, its log in the workdir; ``unset``: variables it must not see."""
+    def _start(self, name: str, launch: Callable[[int], tuple[_Process, str]]) -> None:
+        """Launch ``name`` and wait for its health URL; started again on new ports when it could not bind."""
+        for attempt in range(1, self.start_attempts + 1):
+            proc, url = launch(attempt)
+            try:
+                self._wait(proc, url)
+            except _BindFailed as err:
+                self._discard(proc, attempt)
+                if attempt == self.start_attempts:
+                    raise ControlPlaneError(f"{err} ({attempt} attempts, new ports each time)") from None
+                self.retries.append(f"{name}: {err}; started again on new ports")
+                _LOG.warning("control plane: %s: %s; starting it again on new ports", name, err)
+                continue
+            for reservation in proc.reservations:
+                reservation.unhold()  # it has bound them: the server holds them now
+            return
+
+    def _reserve(self, count: int) -> list[Reservation]:
+        return [reserve(LOOPBACK) for _ in range(count)]
+
+    def _spawn(
+        self, name: str, args: list[str], reservations: list[Reservation], *, unset: Sequence[str] = ()
+    ) -> _Process:
+        """Start ``name`` from ``bin_dir`` in a session (and process group) of its own, SIGKILLed by the kernel
+        should this process die (Linux), its log in the workdir; ``unset``: variables it must not see."""
         log = self.workdir / f"{name}.log"
         env = {key: value for key, value in os.environ.items() if key not in unset}
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
-                cwd=self.workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches us, and we stop it by PID
-            )
-        proc = _Process(name, popen, log)
-        self._processes.append(proc)
+        with _Deferred():  # a stop signal now would leave a child nobody stops
+            try:
+                with log.open("wb") as out:
+                    popen = subprocess.Popen(
+                        [str(self.bin_dir / name), *args],
+                        cwd=self.workdir,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,  # a terminal's Ctrl-C reaches only us, and we stop it
+                        preexec_fn=_die_with_this_process(),  # runs prctl and getppid only
+                    )
+            except BaseException:
+                for reservation in reservations:
+                    reservation.release()
+                raise
+            proc = _Process(name, popen, log, reservations)
+            self._processes.append(proc)
         return proc
 
-    def _wait(self, proc: _Process, url: str, *, headers: dict[str, str] | None = None) -> float:
-        """Poll ``url`` until it answers 200; bounded by ``startup_timeout``. Returns the seconds."""
-        context = None
-        if url.startswith("https://"):
-            context = ssl.create_default_context(cafile=str(self.workdir / "ca.crt"))
+    def _discard(self, proc: _Process, attempt: int) -> None:
+        """Stop a component that failed to start, release its ports and keep its log beside the next one's."""
+        _signal_group(proc, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(timeout=10)
+        for reservation in proc.reservations:
+            reservation.release()
+        self._processes.remove(proc)
+        with contextlib.suppress(OSError):
+            proc.log.rename(proc.log.with_name(f"{proc.name}.attempt-{attempt}.log"))
+
+    def _bind_failure(self, proc: _Process) -> str | None:
+        """What the log says of a failed bind (``listen tcp 127.0.0.1:PORT: bind: address already in use``),
+        read on from where the last look stopped; None when it says nothing of one."""
+        with contextlib.suppress(OSError), proc.log.open("rb") as log:
+            log.seek(proc.scanned)
+            text = log.read().decode(errors="replace")
+            cut = text.rfind("\n") + 1
+            proc.scanned += len(text[:cut].encode())
+            found = BIND_FAILED.search(text[:cut])
+            if found:
+                return found.group(0)
+        return None
+
+    def _wait(self, proc: _Process, url: str) -> float:
+        """Poll ``url`` until it answers 200; bounded by ``startup_timeout``. Returns the seconds. A component
+        that says it could not bind raises _BindFailed (it is started again); one that exits, or stays
+        unhealthy, ControlPlaneError with its log's last lines."""
+        context = ssl.create_default_context(cafile=str(self.ca_file)) if url.startswith("https://") else None
+        headers = {"Authorization": f"Bearer {self.token}"} if url.startswith("https://") else {}
         began = time.monotonic()
-        last = ""
+        last, looked = "", began
         while time.monotonic() - began < self.startup_timeout:
-            if proc.popen.poll() is not None:
+            exited = proc.popen.poll() is not None
+            if exited or time.monotonic() - looked > 1.0:
+                looked = time.monotonic()
+                failure = self._bind_failure(proc)
+                if failure:
+                    raise _BindFailed(f"{proc.name} could not bind its port: {failure}")
+            if exited:
                 raise ControlPlaneError(
-                    f"{proc.name} exited with {proc.popen.returncode}; last lines of {proc.log}:\n"
+                    f"{proc.name} exited with {proc.popen.returncode}; the last lines of {proc.log.name}:\n"
                     + "\n".join(proc.log.read_text(errors="replace").splitlines()[-20:])
                 )
             try:
-                request = urllib.request.Request(url, headers=headers or {})
+                request = urllib.request.Request(url, headers=headers)
                 with urllib.request.urlopen(request, timeout=5, context=context) as response:
                     if response.status == 200:
                         seconds = time.monotonic() - began
@@ -429,32 +789,49 @@ class ControlPlane:
                 last = str(err)
             time.sleep(0.25)
         raise ControlPlaneError(
-            f"{proc.name} not ready at {url} after {self.startup_timeout:.0f} s (last: {last}); see {proc.log}"
+            f"{proc.name} not ready at {url} after {self.startup_timeout:.0f} s (last: {last}); see {proc.log.name}"
         )
 
-    def _start_etcd(self) -> None:
-        client, peer = free_port(), free_port()
-        self.etcd_url = f"http://{LOOPBACK}:{client}"
+    def _keep_logs(self) -> None:
+        """Copy the components' logs to a folder of their own (the temporary folder itself when ``keep``)."""
+        if self.logs_kept is not None or getattr(self, "workdir", None) is None or not self.workdir.exists():
+            return
+        if self.keep:
+            target = self.workdir
+        else:
+            parent = self.logs_dir or Path(os.environ.get(LOGS_DIR_VARIABLE) or tempfile.gettempdir())
+            target = parent / f"llm-infra-cp-logs-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{id(self):x}"
+            target.mkdir(parents=True, exist_ok=True)
+            for log in sorted(self.workdir.glob("*.log")):
+                shutil.copy2(log, target / log.name)
+        self.logs_kept = target
+        _LOG.warning("control plane: the components' logs are kept in %s", target)
+
+    def _launch_etcd(self, attempt: int) -> tuple[_Process, str]:
+        client, peer = reserved = self._reserve(2)
+        self.etcd_url = f"http://{LOOPBACK}:{client.port}"
+        peer_url = f"http://{LOOPBACK}:{peer.port}"
         proc = self._spawn(
             "etcd",
             [
                 "--name=llm-infra-test",
-                f"--data-dir={self.workdir / 'etcd'}",
+                f"--data-dir={self.workdir / ('etcd' if attempt == 1 else f'etcd-{attempt}')}",
                 f"--listen-client-urls={self.etcd_url}",
                 f"--advertise-client-urls={self.etcd_url}",
-                f"--listen-peer-urls=http://{LOOPBACK}:{peer}",
-                f"--initial-advertise-peer-urls=http://{LOOPBACK}:{peer}",
-                f"--initial-cluster=llm-infra-test=http://{LOOPBACK}:{peer}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=llm-infra-test={peer_url}",
                 "--unsafe-no-fsync=true",  # a throw-away test store: no fsync per write
                 "--log-level=warn",
             ],
+            reserved,
         )
-        self._wait(proc, f"{self.etcd_url}/health")
+        return proc, f"{self.etcd_url}/health"
 
-    def _start_apiserver(self) -> None:
-        port = free_port()
-        self.server = f"https://{LOOPBACK}:{port}"
-        self.token = secrets.token_hex(16)
+    def _launch_kube_apiserver(self, attempt: int) -> tuple[_Process, str]:
+        reserved = self._reserve(1)
+        self.server = f"https://{LOOPBACK}:{reserved[0].port}"
+        self.token = self.token or secrets.token_hex(16)
         (self.workdir / "tokens.csv").write_text(f'{self.token},admin,admin-uid,"system:masters"\n', encoding="utf-8")
         w = self.workdir
         proc = self._spawn(
@@ -463,7 +840,7 @@ class ControlPlane:
                 f"--etcd-servers={self.etcd_url}",
                 f"--bind-address={LOOPBACK}",
                 f"--advertise-address={LOOPBACK}",
-                f"--secure-port={port}",
+                f"--secure-port={reserved[0].port}",
                 f"--cert-dir={w / 'certs'}",
                 f"--tls-cert-file={w / 'server.crt'}",
                 f"--tls-private-key-file={w / 'server.key'}",
@@ -478,15 +855,16 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 "--profiling=false",
             ],
+            reserved,
         )
         self._write_kubeconfig()
-        self._wait(proc, f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.token}"})
+        return proc, f"{self.server}/readyz"
 
     def _write_kubeconfig(self) -> None:
-        ca = self.workdir / "ca.crt"
         self.kubeconfig.write_text(
             "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: local\n  cluster:\n    server: {self.server}\n    certificate-authority: {ca}\n"
+            f"clusters:\n- name: local\n  cluster:\n    server: {self.server}\n"
+            f"    certificate-authority: {self.ca_file}\n"
             f"users:\n- name: admin\n  user:\n    token: {self.token}\n"
             "contexts:\n- name: local\n  context:\n    cluster: local\n    user: admin\n"
             "current-context: local\n",
@@ -494,9 +872,8 @@ class ControlPlane:
         )
         self.kubeconfig.chmod(0o600)
 
-    def _component_flags(self) -> tuple[list[str], int]:
-        port = free_port()
-        flags = [
+    def _component_flags(self, port: int) -> list[str]:
+        return [
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}",
@@ -506,31 +883,32 @@ class ControlPlane:
             f"--tls-private-key-file={self.workdir / 'server.key'}",
             "--leader-elect=false",
         ]
-        return flags, port
 
-    def _start_kube_controller_manager(self) -> None:
-        flags, port = self._component_flags()
+    def _launch_kube_controller_manager(self, attempt: int) -> tuple[_Process, str]:
+        reserved = self._reserve(1)
         proc = self._spawn(
             "kube-controller-manager",
             [
-                *flags,
+                *self._component_flags(reserved[0].port),
                 f"--service-account-private-key-file={self.workdir / 'sa.key'}",
-                f"--root-ca-file={self.workdir / 'ca.crt'}",
+                f"--root-ca-file={self.ca_file}",
                 "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller",
                 # Default 15 s: a PVC applied together with its PV (the FSx chart) could wait that long
                 # for the PV controller's next pass, and its pods with it.
                 "--pvclaimbinder-sync-period=2s",
             ],
+            reserved,
         )
-        self._wait(proc, f"https://{LOOPBACK}:{port}/healthz", headers={"Authorization": f"Bearer {self.token}"})
+        return proc, f"https://{LOOPBACK}:{reserved[0].port}/healthz"
 
-    def _start_kube_scheduler(self) -> None:
-        flags, port = self._component_flags()
-        proc = self._spawn("kube-scheduler", flags)
-        self._wait(proc, f"https://{LOOPBACK}:{port}/healthz", headers={"Authorization": f"Bearer {self.token}"})
+    def _launch_kube_scheduler(self, attempt: int) -> tuple[_Process, str]:
+        reserved = self._reserve(1)
+        proc = self._spawn("kube-scheduler", self._component_flags(reserved[0].port), reserved)
+        return proc, f"https://{LOOPBACK}:{reserved[0].port}/healthz"
 
-    def _start_kwok(self) -> None:
-        port = free_port()
+    def _launch_kwok(self, attempt: int) -> tuple[_Process, str]:
+        reserved = self._reserve(1)
+        port = reserved[0].port
         proc = self._spawn(
             "kwok",
             [
@@ -541,43 +919,71 @@ class ControlPlane:
                 f"--node-ip={LOOPBACK}",
                 f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
             ],
+            reserved,
         )
-        self._wait(proc, f"http://{LOOPBACK}:{port}/healthz")
+        return proc, f"http://{LOOPBACK}:{port}/healthz"
 
-    def _start_training_operator(self) -> None:
-        # v1.7.0 registers no webhook (the manager's webhook server, --monitoring-port, never starts):
-        # no serving certificate and no ValidatingWebhookConfiguration. Only the PyTorchJob controller
+    def _launch_training_operator(self, attempt: int) -> tuple[_Process, str]:
+        # The pinned release registers no webhook (the manager's webhook server, --monitoring-port, never
+        # starts): no serving certificate and no ValidatingWebhookConfiguration. Only the PyTorchJob controller
         # runs: the other schemes AWS's chart enables have no pinned CRD here, and a controller whose
         # CRD is missing fails the whole manager once its cache-sync timeout (2 min) has passed.
-        metrics, probe = free_port(), free_port()
+        metrics, probe = reserved = self._reserve(2)
         proc = self._spawn(
             "training-operator",
             [
                 f"--kubeconfig={self.kubeconfig}",
-                f"--metrics-bind-address={LOOPBACK}:{metrics}",
-                f"--health-probe-bind-address={LOOPBACK}:{probe}",
+                f"--metrics-bind-address={LOOPBACK}:{metrics.port}",
+                f"--health-probe-bind-address={LOOPBACK}:{probe.port}",
                 "--leader-elect=false",
                 "--enable-scheme=pytorchjob",
             ],
+            reserved,
             unset=("KUBEFLOW_NAMESPACE",),  # would narrow it to one namespace
         )
-        self._wait(proc, f"http://{LOOPBACK}:{probe}/healthz")
+        return proc, f"http://{LOOPBACK}:{probe.port}/healthz"
 
-    def _start_kuberay_operator(self) -> None:
+    def _launch_kuberay_operator(self, attempt: int) -> tuple[_Process, str]:
         # Webhooks stay off (they start only with ENABLE_WEBHOOKS=true); no batch scheduler (the default).
-        metrics, probe = free_port(), free_port()
+        metrics, probe = reserved = self._reserve(2)
         proc = self._spawn(
             "kuberay-operator",
             [
                 f"--kubeconfig={self.kubeconfig}",
-                f"--metrics-addr={LOOPBACK}:{metrics}",
-                f"--health-probe-bind-address={LOOPBACK}:{probe}",
+                f"--metrics-addr={LOOPBACK}:{metrics.port}",
+                f"--health-probe-bind-address={LOOPBACK}:{probe.port}",
                 "--enable-leader-election=false",
                 "--log-stdout-encoder=console",
             ],
+            reserved,
             unset=("ENABLE_WEBHOOKS",),
         )
-        self._wait(proc, f"http://{LOOPBACK}:{probe}/healthz")
+        return proc, f"http://{LOOPBACK}:{probe.port}/healthz"
+
+
+def _stop_group(processes: Sequence[_Process], grace: float) -> None:
+    """SIGTERM each of ``processes`` (its process group), wait up to ``grace`` seconds, SIGKILL what is left."""
+    running = [proc for proc in processes if proc.popen.poll() is None]
+    if grace > 0:
+        for proc in running:
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in running:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in running:
+        if proc.popen.poll() is None:
+            _signal_group(proc, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=10)
+
+
+def _signal_group(proc: _Process, signum: int) -> None:
+    """``signum`` to the process group ``proc`` leads (it and anything it started), unless it was reaped
+    already (its PID, and so the group's ID, may then be someone else's)."""
+    if proc.popen.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.popen.pid, signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -585,8 +991,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m llm_infra.rehearsal.control_plane", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--bin-dir", type=Path, default=default_bin_dir())
-    parser.add_argument("--hold", action="store_true", help="keep it up until Ctrl-C")
+    parser.add_argument(
+        "--hold", action="store_true", help="keep it up until Ctrl-C, SIGTERM or SIGHUP (exit 130, 143, 129)"
+    )
     parser.add_argument("--only-required", action="store_true", help="only etcd + kube-apiserver")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the components' logs when it stops")
     parser.add_argument(
         "--versions", action="store_true", help="print what k8s/build.sh builds and where ('name value' lines)"
     )
@@ -595,24 +1004,39 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in build_versions().items():
             print(name, value)
         return 0
+    plane = ControlPlane(args.bin_dir, components=() if args.only_required else None, keep_logs=args.keep_logs)
     try:
-        with ControlPlane(args.bin_dir, components=() if args.only_required else None, keep=args.hold) as cp:
+        with stop_on_signals(), plane as cp:
             for name, seconds in cp.startup_seconds.items():
                 print(f"{name}: ready in {seconds:.1f} s")
             for name in cp.operator_versions:
                 print(operator_version_note(cp.bin_dir, name))
-            print(f"kubeconfig: {cp.kubeconfig}  (pids: {' '.join(str(p.popen.pid) for p in cp._processes)})")
-            print(cp.kubectl("version", "-o", "yaml").stdout)
+            for line in cp.retries:
+                print(f"retried: {line}")
+            print(f"server: Kubernetes {cp.server_version()} at {cp.server}")
+            print(f"kubeconfig: {cp.kubeconfig}  (pids: {' '.join(str(pid) for pid in cp.pids.values())})", flush=True)
             if args.hold:
-                print("holding; Ctrl-C stops every process")
+                print("holding; Ctrl-C, SIGTERM or SIGHUP stops every process", flush=True)
                 while True:
                     time.sleep(3600)
+    except Stopped as stop:
+        print(f"control plane: stopped by {stop.name}; {_stopped(plane)}", file=sys.stderr)
+        return stop.exit_code
     except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
+        print(f"control plane: interrupted; {_stopped(plane)}", file=sys.stderr)
+        return 130
     except ControlPlaneError as err:
         print(f"control plane: {err}", file=sys.stderr)
         return 1
+    if plane.logs_kept is not None:
+        print(f"control plane: the components' logs are kept in {plane.logs_kept}", file=sys.stderr)
     return 0
+
+
+def _stopped(plane: ControlPlane) -> str:
+    took = f" in {plane.stop_seconds:.1f} s" if plane.stop_seconds is not None else ""
+    kept = f"; the logs are kept in {plane.logs_kept}" if plane.logs_kept is not None else ""
+    return f"every process it started is stopped{took}{kept}"
 
 
 if __name__ == "__main__":

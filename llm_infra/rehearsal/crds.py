@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llm_infra.versions import KUBERAY_COMMIT
+
 CRDS_DIR_VARIABLE = "LLM_INFRA_CRDS_DIR"
 DEFAULT_CRDS_DIR = Path(__file__).resolve().parents[2] / ".cache" / "crds"
 DERIVED_SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
@@ -43,10 +45,11 @@ class CrdSource:
 
 
 # The training operator as AWS's HyperPod dependencies chart ships it (the chart both compute modes
-# install), and KubeRay v1.7.0 (= the pinned kuberay-operator chart; the commit is the tag's).
+# install), and KubeRay's at the commit of the pinned kuberay-operator chart's tag (llm_infra/versions.py:
+# a bump there changes the commit, and so the files and their sha256 below).
 _HYPERPOD_CLI = ("aws/sagemaker-hyperpod-cli", "011ca927123e02b35a399935bbb3ab1905fe33c7")
 _HYPERPOD_CHARTS = "helm_chart/HyperPodHelmChart/charts"
-_KUBERAY = ("ray-project/kuberay", "59d663aeec13760646da3db9c1cf8cfe883e30b7")
+_KUBERAY = ("ray-project/kuberay", KUBERAY_COMMIT)
 CRD_SOURCES: dict[str, CrdSource] = {
     "kubeflow.org_pytorchjobs.yaml": CrdSource(
         "kubeflow.org",

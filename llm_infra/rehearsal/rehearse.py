@@ -22,9 +22,8 @@ and listed apart, never as passed.
 from __future__ import annotations
 
 import json
-import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,13 +32,16 @@ import yaml
 
 from llm_infra.config import TrainingConfig
 from llm_infra.input_files import BadInput, read_text
+from llm_infra.ops.kube import KubeError
 from llm_infra.rehearsal import crds
 from llm_infra.rehearsal.control_plane import (
     OPTIONAL,
     REQUIRED,
     ControlPlane,
     ControlPlaneError,
+    LocalKube,
     condition_tainted,
+    object_ref,
     operator_version_note,
 )
 from llm_infra.rehearsal.deploy_workloads import (
@@ -89,8 +91,9 @@ DEVICE_PLUGINS = {"nvidia-device-plugin": GPU, "aws-efa-k8s-device-plugin": EFA}
 # Services' endpoints name fake pod IPs, and race with the deletions between steps: not rehearsed. Nor
 # are the warnings about a job deleted after its step (its operator sees its pods go first).
 IGNORED_EVENT_SOURCES = {"endpoint-controller", "endpointslice-controller"}
-# kubectl's words around the API server's reason: "Error from server (BadRequest): error when creating "f": "
-KUBECTL_PREFIX = re.compile(r'^(error: )?(Error from server( \([A-Za-z]+\))?: )?(error when [a-z]+ "[^"]*": )?')
+# The kinds a rehearsal reads (apiVersion, kind).
+PODS, NODES, EVENTS = ("v1", "Pod"), ("v1", "Node"), ("v1", "Event")
+WORKLOADS = (("apps/v1", "Deployment"), ("apps/v1", "DaemonSet"), ("batch/v1", "Job"), ("v1", "PersistentVolumeClaim"))
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: the CRDs are megabytes
 SIMULATION = ("kube-controller-manager", "kube-scheduler", "kwok")  # what a rehearsal needs beyond the server
 REQUIRED_COMPONENTS = (*REQUIRED, *SIMULATION)
@@ -106,9 +109,7 @@ class Applied:
 
     @property
     def ref(self) -> str:
-        meta = self.obj.get("metadata") or {}
-        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
-        return f"{self.obj.get('kind')} {where}{meta.get('name')}"
+        return object_ref(self.obj)
 
     @property
     def group_kind(self) -> tuple[str, str]:
@@ -373,10 +374,12 @@ def _is_builtin(group: str) -> bool:
 
 
 class Rehearsal:
-    """One rehearsal of a :class:`Plan` on a started :class:`ControlPlane`."""
+    """One rehearsal of a :class:`Plan` on a started :class:`ControlPlane`, through ``kube`` (the one
+    Kubernetes client, :class:`llm_infra.ops.kube.Kube`, as :class:`LocalKube`): no kubectl."""
 
-    def __init__(self, cp: ControlPlane, timeout: float, say: Callable[[str], None]) -> None:
+    def __init__(self, cp: ControlPlane, kube: LocalKube, timeout: float, say: Callable[[str], None]) -> None:
         self.cp = cp
+        self.kube = kube
         self.timeout = timeout
         self.say = say
         self.started = set(cp.startup_seconds) & {*REQUIRED, *OPTIONAL}
@@ -393,36 +396,22 @@ class Rehearsal:
         )
 
     def _version(self) -> dict[str, Any]:
-        version = json.loads(self.cp.kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"]
-        return {"kubernetes": version}
+        return {"kubernetes": self.kube.server_version()}
 
-    # --- kubectl ---------------------------------------------------------------------------------
-    def _file(self, objects: Iterable[dict[str, Any]]) -> str:
-        path = self.cp.workdir / f"rehearse-{time.monotonic_ns()}.yaml"  # JSON documents: fast to write
-        path.write_text("\n---\n".join(json.dumps(obj) for obj in objects))
-        return str(path)
-
-    def _get(self, *kinds: str) -> list[dict[str, Any]]:
-        items = json.loads(self.cp.kubectl("get", ",".join(kinds), "-A", "-o", "json").stdout)["items"]
-        return list(items)
+    # --- the API ----------------------------------------------------------------------------------
+    def _get(self, *kinds: tuple[str, str]) -> list[dict[str, Any]]:
+        """Every object of ``kinds`` (apiVersion, kind) in every namespace."""
+        return [item for api_version, kind in kinds for item in self.kube.items(api_version, kind)]
 
     def _apply(self, objects: Sequence[Applied], *, dry_run: bool = False) -> dict[Applied, str]:
-        """Server-side apply with strict field validation; the refusals by object (one kubectl run, and
-        one per object only when something was refused)."""
-
-        def run(batch: Sequence[Applied]) -> str:
-            args = ["apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}"]
-            args += ["--validate=strict", *(["--dry-run=server"] if dry_run else [])]
-            result = self.cp.kubectl(*args, "-f", self._file(a.obj for a in batch), check=False)
-            return "" if result.returncode == 0 else " ".join(result.stderr.split())
-
-        if not objects or not run(objects):
-            return {}
+        """Server-side apply of each object with strict field validation, in order; the refusals by object,
+        each the API server's status and message (an unknown kind: that the cluster does not serve it)."""
         refused = {}
         for applied in objects:
-            message = run([applied])
-            if message:
-                refused[applied] = KUBECTL_PREFIX.sub("", message)
+            try:
+                self.kube.apply_as(applied.obj, field_manager=FIELD_MANAGER, dry_run=dry_run)
+            except KubeError as err:
+                refused[applied] = str(err).removeprefix(f"apply {applied.ref}: ")
         return refused
 
     # --- the steps --------------------------------------------------------------------------------
@@ -439,58 +428,58 @@ class Rehearsal:
         self._create_nodes(plan.nodes)
         for step in plan.steps:
             self._run_step(step)
-        self.report.nodes = [self._node_summary(n) for n in self._get("nodes")]
+        self.report.nodes = [self._node_summary(n) for n in self._get(NODES)]
         self.report.seconds = time.monotonic() - began
         return self.report
 
     def _install_crds(self, definitions: list[dict[str, Any]]) -> None:
         # The deploy's CRDs win over those the control plane applied for its operators, as in the cluster.
-        apply = ("apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}")
-        self.cp.kubectl(*apply, "-f", self._file(definitions))
-        self._wait_for("Established", [f"crd/{d['metadata']['name']}" for d in definitions])
+        refused = self._apply([Applied(d, "the pinned CRDs") for d in definitions])
+        if refused:
+            raise ControlPlaneError("; ".join(f"{a.ref}: {message}" for a, message in refused.items()))
+        self.kube.wait_established(definitions, self.timeout)
         self.say(f"{len(definitions)} CRDs established")
 
-    def _wait_for(self, condition: str, names: list[str]) -> None:
-        """Until each object in ``names`` has ``condition`` True (bounded by the timeout)."""
+    def _wait_ready(self, names: set[str]) -> None:
+        """Until each node in ``names`` is Ready (bounded by the timeout)."""
         deadline = time.monotonic() + self.timeout
         while True:
-            items = json.loads(self.cp.kubectl("get", *names, "-o", "json").stdout)["items"]
-            waiting = [
-                item["metadata"]["name"]
-                for item in items
-                if not any(
-                    c["type"] == condition and c["status"] == "True"
-                    for c in item.get("status", {}).get("conditions") or []
-                )
-            ]
+            waiting = names - {
+                node["metadata"]["name"]
+                for node in self._get(NODES)
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions") or [])
+            }
             if not waiting:
                 return
             if time.monotonic() > deadline:
-                raise ControlPlaneError(f"not {condition} after {self.timeout:.0f} s: {', '.join(waiting)}")
+                raise ControlPlaneError(f"not Ready after {self.timeout:.0f} s: {', '.join(sorted(waiting))}")
             time.sleep(POLL)
 
     def _create_nodes(self, nodes: list[NodeSpec]) -> None:
         objects = [node_object(n) for n in nodes]
-        self.cp.kubectl("create", "-f", self._file(objects))
-        self._wait_for("Ready", [f"node/{o['metadata']['name']}" for o in objects])
+        for obj in objects:
+            self.kube.create(obj)
+        self._wait_ready({o["metadata"]["name"] for o in objects})
         # The TaintNodesByCondition admission plugin taints every new Node not-ready; the node lifecycle
         # controller lifts it once it sees the node Ready (KWOK renews the nodes' leases, their heartbeat).
         deadline = time.monotonic() + self.timeout
-        while tainted := [n["metadata"]["name"] for n in self._get("nodes") if condition_tainted(n)]:
+        while tainted := [n["metadata"]["name"] for n in self._get(NODES) if condition_tainted(n)]:
             if time.monotonic() > deadline:
                 raise ControlPlaneError(f"still tainted not-ready after {self.timeout:.0f} s: {', '.join(tainted)}")
             time.sleep(POLL)
         self.say(f"{len(nodes)} KWOK nodes Ready")
 
     def _run_step(self, step: Step) -> None:
-        before = {p["metadata"]["uid"] for p in self._get("pods")}
+        before = {p["metadata"]["uid"] for p in self._get(PODS)}
         refused = self._apply(step.objects)
         applied = [a for a in step.objects if a not in refused]
         for obj, message in refused.items():
             self._finding(self.report.refused, step, obj, message)
         for obj in applied:
             self._check_unhandled(step, obj)
-        operated = sorted({f"{k.lower()}s.{g}" for g, k in (a.group_kind for a in applied) if self._operated(g, k)})
+        operated = sorted(
+            {(str(a.obj["apiVersion"]), str(a.obj["kind"])) for a in applied if self._operated(*a.group_kind)}
+        )
         pods = self._settle(step, before, operated)
         waiting = any(p["status"].get("phase") not in DONE_PHASES for p in pods)
         if step.name == DEPLOY_STEP and self._advertise_devices(pods) and waiting:
@@ -502,11 +491,12 @@ class Rehearsal:
     def _remove(self, applied: list[Applied], pods: list[dict[str, Any]]) -> None:
         """Delete the objects, then their pods (the garbage collector may not watch a new custom kind
         yet), and wait until the pods are gone (KWOK finalizes them)."""
-        self.cp.kubectl("delete", "--wait=false", "--ignore-not-found", "-f", self._file(a.obj for a in applied))
+        for a in applied:
+            meta = a.obj["metadata"]
+            self.kube.delete(str(a.obj["apiVersion"]), str(a.obj["kind"]), meta["name"], meta.get("namespace"))
         self.removed |= {(str(a.obj["kind"]), *_namespaced_name(a.obj)) for a in applied}
-        for namespace in sorted({p["metadata"]["namespace"] for p in pods}):
-            names = [p["metadata"]["name"] for p in pods if p["metadata"]["namespace"] == namespace]
-            self.cp.kubectl("delete", "pod", "-n", namespace, "--wait=false", "--ignore-not-found", *names)
+        for pod in pods:
+            self.kube.delete(*PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
         self._wait_gone({p["metadata"]["uid"] for p in pods})
 
     def _finding(self, into: list[Finding], step: Step, applied: Applied, reason: str) -> None:
@@ -554,7 +544,7 @@ class Rehearsal:
         """Whether an operator started here runs ``kind``'s controller."""
         return OPERATOR_KINDS.get((group, kind)) in self.started
 
-    def _settle(self, step: Step, before: set[str], operated: Sequence[str] = ()) -> list[dict[str, Any]]:
+    def _settle(self, step: Step, before: set[str], operated: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
         """The step's pods once every one is placed or refused by the scheduler, every controller has
         created its pods (an operator: reconciled its objects of the ``operated`` resources once), every
         pre-bound claim is bound, and nothing changed for SETTLED_FOR seconds
@@ -564,7 +554,7 @@ class Rehearsal:
         last: tuple[Any, ...] = ()
         since = time.monotonic()
         while True:
-            items = self._get("pods", "deployments", "daemonsets", "jobs", "persistentvolumeclaims", *operated)
+            items = self._get(PODS, *WORKLOADS, *operated)
             pods = [p for p in items if p["kind"] == "Pod" and p["metadata"]["uid"] not in before]
             state = tuple(sorted((p["metadata"]["uid"], p["status"].get("phase"), _node(p)) for p in pods))
             now = time.monotonic()
@@ -595,18 +585,18 @@ class Rehearsal:
                     devices.setdefault(_node(pod), {})[resource] = str(count)
         for name, resources in devices.items():
             patch = {"status": {"capacity": resources, "allocatable": resources}}
-            self.cp.kubectl("patch", "node", name, "--subresource=status", "--type=merge", "-p", json.dumps(patch))
+            self.kube.patch_status(*NODES, name, patch)
         if devices:
             self.say(f"device plugins advertise on {len(devices)} nodes")
         return bool(devices)
 
     def _wait_gone(self, uids: set[str]) -> None:
         deadline = time.monotonic() + self.timeout
-        while uids & {p["metadata"]["uid"] for p in self._get("pods")} and time.monotonic() < deadline:
+        while uids & {p["metadata"]["uid"] for p in self._get(PODS)} and time.monotonic() < deadline:
             time.sleep(POLL)
 
     def _record(self, step: Step, pods: list[dict[str, Any]]) -> None:
-        events = self._get("events")
+        events = self._get(EVENTS)
         scheduling: dict[str, str] = {}
         for event in sorted(events, key=_event_time):
             involved = event.get("involvedObject") or {}
@@ -720,4 +710,5 @@ def rehearse(
     absent = [name for name in SIMULATION if name not in cp.startup_seconds]
     if absent:
         raise ControlPlaneError(f"{', '.join(absent)} not running: a rehearsal needs the scheduler, controllers, KWOK")
-    return Rehearsal(cp, timeout, say).run(plan)
+    with cp.kube() as kube:
+        return Rehearsal(cp, kube, timeout, say).run(plan)

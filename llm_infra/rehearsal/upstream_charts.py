@@ -1,8 +1,10 @@
 """What the pinned upstream Helm charts and EKS add-ons do with the values we pass: their defaults and
 templates, as pod specs the scheduler sees, and the CRDs they install.
 
-Each model was read from the chart's source at the pinned version (paths and commits below); a chart or
-version without a model raises :class:`NoModel`, so a version bump means reading the new source. Only
+Each model was read from the chart's source at the version pinned in ``llm_infra/versions.py`` (paths and
+commits below); a chart or version without a model raises :class:`NoModel`. The models are keyed by those
+pins, and each section below names the version it was read at: after a bump, ``tests/test_version_pins.py``
+names every such citation that no longer matches the pin, so a version bump means reading the new source. Only
 what scheduling and CRD presence depend on is modelled: affinity, nodeSelector, tolerations, resource
 requests, replicas, DaemonSet or not. Used by ``llm-infra rehearse`` and the contract tests.
 """
@@ -18,6 +20,7 @@ from typing import Any
 from llm_infra.instance_types import INSTANCE_PROFILES
 from llm_infra.node_labels import INSTANCE_TYPE_LABEL
 from llm_infra.service_limits import HYPERPOD_TRAINING_OPERATOR_NAMESPACE
+from llm_infra.versions import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN
 
 CRITICAL_ADDONS_ONLY = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 # HyperPod labels each of its nodes with this (value as in published listings of HyperPod nodes, e.g.
@@ -209,14 +212,15 @@ def _kuberay_operator(values: dict[str, Any]) -> list[PodTemplate]:
 
 
 PINNED_CHARTS: dict[tuple[str, str], ChartModel] = {
-    ("nvidia-device-plugin", "0.18.2"): ChartModel(
-        "NVIDIA/k8s-device-plugin v0.18.2 deployments/helm/nvidia-device-plugin", _nvidia_device_plugin
+    (NVIDIA_DEVICE_PLUGIN.chart, NVIDIA_DEVICE_PLUGIN.version): ChartModel(
+        f"NVIDIA/k8s-device-plugin v{NVIDIA_DEVICE_PLUGIN.version} deployments/helm/nvidia-device-plugin",
+        _nvidia_device_plugin,
     ),
-    ("aws-efa-k8s-device-plugin", "v0.5.21"): ChartModel(
-        "aws/eks-charts stable/aws-efa-k8s-device-plugin v0.5.21", _efa_device_plugin
+    (EFA_DEVICE_PLUGIN.chart, EFA_DEVICE_PLUGIN.version): ChartModel(
+        f"aws/eks-charts stable/aws-efa-k8s-device-plugin {EFA_DEVICE_PLUGIN.version}", _efa_device_plugin
     ),
-    ("kuberay-operator", "1.7.0"): ChartModel(
-        "ray-project/kuberay v1.7.0 helm-chart/kuberay-operator (crds/)",
+    (KUBERAY_OPERATOR.chart, KUBERAY_OPERATOR.version): ChartModel(
+        f"ray-project/kuberay v{KUBERAY_OPERATOR.version} helm-chart/kuberay-operator (crds/)",
         _kuberay_operator,
         frozenset({("ray.io", "RayCluster"), ("ray.io", "RayJob"), ("ray.io", "RayService"), ("ray.io", "RayCronJob")}),
     ),

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from llm_infra.rehearsal.ports import reserve_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = REPO_ROOT / "workloads"
@@ -21,9 +22,10 @@ SMALL = ["--preset=tiny", "--batch-size=2", "--seq-len=64", "--log-every=1000"]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that no other process reserving through ``llm_infra.rehearsal.ports`` gets (pytest-xdist
+    workers, a control plane), reserved until this process ends; not held, so any server may bind it (Ray's
+    head, hyperpodrun's API)."""
+    return reserve_port()
 
 
 def torchrun_command(script: str, args: list[str], *, nproc: int = 2, max_restarts: int = 0) -> list[str]:
@@ -31,7 +33,8 @@ def torchrun_command(script: str, args: list[str], *, nproc: int = 2, max_restar
         *TORCHRUN,
         f"--nproc-per-node={nproc}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        # Held as well until this process ends: torch's TCPStore binds it with SO_REUSEADDR, nobody else can.
+        f"--rdzv-endpoint=127.0.0.1:{reserve_port(hold=True)}",
         f"--max-restarts={max_restarts}",
         "--monitor-interval=0.5",
         str(WORKLOADS / script),

@@ -69,6 +69,31 @@ def register(commands: Any) -> None:
 
 def run_rehearse(args: argparse.Namespace) -> int:
     from llm_infra.rehearsal import control_plane
+
+    # SIGINT, SIGTERM (a CI runner's timeout) and SIGHUP stop the control plane and every process it started,
+    # then exit 130, 143 or 129 with one line: the handlers go in first, also where SIGINT came ignored (a
+    # shell's background job); the children die with this process even when it is SIGKILLed (control_plane).
+    started: list[Any] = []
+    try:
+        with control_plane.stop_on_signals():
+            return _rehearse(args, started)
+    except control_plane.Stopped as stop:
+        print(f"llm-infra: rehearse stopped by {stop.name}: {_what_stopped(started)}", file=sys.stderr)
+        return stop.exit_code
+
+
+def _what_stopped(started: list[Any]) -> str:
+    if not started:
+        return "nothing was started"
+    plane = started[-1]
+    took = f" in {plane.stop_seconds:.1f} s" if plane.stop_seconds is not None else ""
+    kept = f"; the components' logs are kept in {plane.logs_kept}" if plane.logs_kept is not None else ""
+    return f"the control plane and every process it started are stopped{took}{kept}"
+
+
+def _rehearse(args: argparse.Namespace, started: list[Any]) -> int:
+    from llm_infra.ops.kube import KubeError
+    from llm_infra.rehearsal import control_plane
     from llm_infra.rehearsal.rehearse import REQUIRED_COMPONENTS, plan, rehearse
 
     config = load_config(args)
@@ -88,16 +113,20 @@ def run_rehearse(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(f"rehearse: {line}", file=sys.stderr, flush=True)
 
+    say(f"starting the control plane ({bin_dir})")
+    began = time.monotonic()
+    cp = control_plane.ControlPlane(bin_dir)
+    started.append(cp)
     try:
-        control_plane.kubectl_binary()
-        say(f"starting the control plane ({bin_dir})")
-        began = time.monotonic()
-        with control_plane.ControlPlane(bin_dir) as cp:
+        with cp:
             up = ", ".join(n for n in (*control_plane.REQUIRED, *control_plane.OPTIONAL) if n in cp.startup_seconds)
             say(f"up in {time.monotonic() - began:.1f} s: {up}")
+            for line in cp.retries:
+                say(f"retried: {line}")
             report = rehearse(rehearsal, cp, timeout=args.timeout, say=say)
-    except control_plane.ControlPlaneError as err:
-        return _error(f"control plane: {err}")
+    except (control_plane.ControlPlaneError, KubeError) as err:
+        kept = cp.logs_kept if cp.logs_kept is not None and "kept in" not in str(err) else None
+        return _error(f"control plane: {err}" + (f" (the components' logs are kept in {kept})" if kept else ""))
     if args.output == OUTPUT_JSON:
         print(json.dumps(report.to_json()))
     else:
