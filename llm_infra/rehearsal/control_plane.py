@@ -320,9 +320,10 @@ def stop_on_signals(signals: Sequence[int] = STOP_SIGNALS) -> Iterator[None]:
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_this_process() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that has the kernel SIGKILL the child when the thread that started it ends (Linux's
-    ``PR_SET_PDEATHSIG``), so that nothing outlives a parent that was SIGKILLed; None elsewhere."""
+    ``PR_SET_PDEATHSIG``), so that nothing outlives a parent that was SIGKILLed; None elsewhere. For every
+    child started beside a control plane too: ``Popen(..., preexec_fn=die_with_parent(), start_new_session=True)``."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -722,7 +723,7 @@ class ControlPlane:
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,  # a terminal's Ctrl-C reaches only us, and we stop it
-                        preexec_fn=_die_with_this_process(),  # runs prctl and getppid only
+                        preexec_fn=die_with_parent(),  # runs prctl and getppid only
                     )
             except BaseException:
                 for reservation in reservations:
