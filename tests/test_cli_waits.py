@@ -174,7 +174,7 @@ def test_aws_max_attempts_sets_how_often_it_asks(
 
 
 def test_preflight_stops_at_the_first_endpoint_that_does_not_answer(
-    credentials: None, capsys: pytest.CaptureFixture[str]
+    credentials: None, default_app, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """STS answers, the next service does not: one call's attempts, then the command ends; no check after it
     waits for the same endpoint again (an earlier version spent 362 s on six checks)."""
@@ -191,7 +191,8 @@ def test_preflight_stops_at_the_first_endpoint_that_does_not_answer(
     server = MuteServer(sts_only)
     try:
         code, out, err = run_cli(
-            capsys, "preflight", "--app-dir", str(REPO_ROOT), "--region", REGION, "--endpoint-url", server.url,
+            capsys, "preflight", "--app-dir", str(REPO_ROOT), "--cdk-out", str(default_app.outdir), "--region", REGION,
+            "--endpoint-url", server.url,
             "--cli-read-timeout", "0.5",
         )  # fmt: skip
     finally:
