@@ -28,6 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workloads"))
 from checkpointing import CheckpointManager  # noqa: E402
 from model import PRESETS, ModelArgs, Transformer  # noqa: E402
 
+
+class FixedState:
+    """The benchmark's state as the checkpoint manager takes a run's (DCP's Stateful): the same every save."""
+
+    def __init__(self, state: dict) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict:
+        return self.state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = state
+
+
 # A model whose training state (fp32 weights + Adam's two moments: 12 bytes a parameter) is ~570 MB:
 # large enough that a checkpoint's fixed costs (planning, metadata, a file per rank) do not dominate.
 BENCH_PRESETS = {
@@ -76,7 +90,7 @@ def main() -> int:
         for mode in ("sync", "async"):
             directory = root / f"{mode}-{repeat}"
             manager = CheckpointManager(
-                directory, state=lambda: state, keep=1, async_save=(mode == "async"), device=device
+                directory, state=FixedState(state), keep=1, async_save=(mode == "async"), device=device
             )
             # Two saves by one manager, as in a run: the first async save also allocates (and on a GPU
             # pins) the staging buffers; the second reuses them, which is every later save's stall.

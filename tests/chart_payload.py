@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,11 +40,8 @@ def _fake_sysfs(root: Path, efa: int) -> Path:
 def health_check_output(argv: tuple[str, ...], gpu_fixture: str) -> tuple[str, int]:
     """``health_check.py`` with the chart's arguments, in-process, on recorded nvidia-smi output
     (``tests/payload/fixtures``); the node's disks and kernel log are stand-ins, DCGM is absent."""
-    sys.path.insert(0, str(WORKLOADS))
-    try:
-        import health_check
-    finally:
-        sys.path.remove(str(WORKLOADS))
+    from llm_infra.workloads import health_check
+
     fixtures = {
         "nvidia-smi --query-gpu": gpu_fixture,
         "nvidia-smi --query-remapped-rows": "nvidia_smi_remapped_ok.csv",

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from llm_infra.workloads.data import TokenFile
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "data_prep" / "tokenize_dataset.py"
-sys.path.insert(0, str(REPO / "workloads"))
-from data import TokenFile  # noqa: E402
 
 DOCUMENTS = [
     "Checkpoints are written to FSx and committed atomically.",

@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -43,12 +42,11 @@ from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY, NODE_ROLE_LABEL
 from llm_infra.rehearsal.deploy_workloads import NodeSpec
+from llm_infra.workloads.train import TrainConfig, parse_config
 from manifest_validation import load_documents, validate_object
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = REPO / "workloads"
-sys.path.insert(0, str(WORKLOADS))
-from train import TrainConfig, parse_config  # noqa: E402
 
 JOBS = ("train", "validation-2-allreduce", "validation-3-training", "llama2-7b")
 TINY = ["--preset=tiny", "--batch-size=2", "--seq-len=32"]

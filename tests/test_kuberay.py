@@ -276,8 +276,7 @@ def test_the_rayjob_retries_on_a_new_cluster_and_cleans_up() -> None:
 
 def ray_train_module() -> Any:
     pytest.importorskip("ray.train")
-    sys.path.insert(0, str(WORKLOADS_DIR))
-    import ray_train
+    from llm_infra.workloads import ray_train
 
     return ray_train
 

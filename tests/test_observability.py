@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
-from payload.conftest import SMALL, WORKLOADS, json_lines
+from payload.conftest import SMALL, json_lines
 
 from conftest import hyperpod_config
 from llm_infra.cli import main as cli_main
 from llm_infra.cli.dashboard_diagram import dashboard_body, render, widget_lines
 from llm_infra.config import ConfigError, TrainingConfig
-
-sys.path.insert(0, str(WORKLOADS))
-from throughput import ThroughputMonitor  # noqa: E402
-from xid_monitor import xid_records  # noqa: E402
+from llm_infra.workloads.throughput import ThroughputMonitor
+from llm_infra.workloads.xid_monitor import xid_records
 
 CLUSTER = "-cluster"
 NAMESPACE = "LLMInfra/llm-infra"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import tomllib
 from pathlib import Path
 
@@ -18,10 +17,9 @@ from llm_infra.failure_rates import instance_mtbf_hours
 from llm_infra.k8s_manifests.recipe_charts import DATA_PREP_DIR, FETCH_TOKEN_SCRIPT, HF_TOKEN_PATH
 from llm_infra.k8s_manifests.recipes import RECIPES
 from llm_infra.versions import AWS_CLI_IMAGE, TOKENIZERS_VERSION
+from llm_infra.workloads.model import PRESETS
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "workloads"))
-from model import PRESETS  # noqa: E402
 
 SECRET_NAME = "llm-infra/huggingface-token"
 # A Hugging Face access token (hf_ + 34 letters/digits), or a value left for a user to fill in.

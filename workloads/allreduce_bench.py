@@ -21,10 +21,17 @@ import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from accelerator import device_and_backend, exit_process, reduce_numbers, synchronize
+
+# The payload's own modules: plain names when run as a script from /workloads, the package's when
+# imported as llm_infra.workloads (see train.py).
+if TYPE_CHECKING or not __package__:
+    from accelerator import device_and_backend, exit_process, reduce_numbers, synchronize
+else:
+    from .accelerator import device_and_backend, exit_process, reduce_numbers, synchronize
 
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 # NCCL INFO lines for each channel's connection, e.g. "... [send] via NET/AWS Libfabric/0/GDRDMA" or

@@ -28,8 +28,13 @@ cluster), or, with ``--tiered-checkpointing`` and the HyperPod memory tier reach
 rank, the tiered storage of :mod:`tiered_storage` (memory tier, every N-th save S3 too); then the
 step folder holds only ``COMMITTED``, which records the namespace, tiers and world size to read it
 back with. Commit, fallback, resharding and pruning are the same for both; a tiered checkpoint
-that went to S3 is durable, and pruning keeps the newest durable one beyond ``keep``. Imports only
-torch and stdlib (and the tiered library when that storage is used).
+that went to S3 is durable, and pruning keeps the newest durable one beyond ``keep``.
+
+Pruning is off the commit path: after the commit is agreed, rank 0 prunes in a background thread (one
+prune at a time; :meth:`CheckpointManager.close` waits for it) while every rank trains on. A pruned
+folder is first renamed to ``.pruned-step-N`` (removed on the next start if the process dies midway),
+so a half-deleted checkpoint never looks committed. Imports only torch and stdlib (and the tiered
+library when that storage is used).
 """
 
 from __future__ import annotations
@@ -40,27 +45,40 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-import tiered_storage
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from checkpoint_interval import daly_interval
-from faults import FaultInjector
-from tiered_storage import TieredCheckpointOptions, TieredStorage
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, staging
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
+from torch.distributed.checkpoint.stateful import Stateful
 from torch.torch_version import TorchVersion
+
+# The payload's own modules: plain names when run as a script from /workloads, the package's when
+# imported as llm_infra.workloads (see train.py).
+if TYPE_CHECKING or not __package__:
+    import tiered_storage
+    from checkpoint_interval import daly_interval
+    from faults import FaultInjector
+    from stopping import StopSignal, final_save_fits
+    from tiered_storage import TieredCheckpointOptions, TieredStorage
+else:
+    from . import tiered_storage
+    from .checkpoint_interval import daly_interval
+    from .faults import FaultInjector
+    from .stopping import StopSignal, final_save_fits
+    from .tiered_storage import TieredCheckpointOptions, TieredStorage
 
 COMMIT_MARKER = "COMMITTED"
 LATEST = "latest"
 PREFIX = "step-"
 TMP_PREFIX = ".tmp-step-"
 REPLACED_PREFIX = ".replaced-step-"  # a committed folder being replaced by a new save of its step
+PRUNED_PREFIX = ".pruned-step-"  # a committed folder being pruned
 DIRECTORY_STORAGE = "directory"
 
 
@@ -138,6 +156,15 @@ class SaveSchedule:
         return False
 
 
+@dataclass(frozen=True)
+class CheckpointVote:
+    """What this rank's checkpoints bring to the per-step agreement (train.py): the schedule says save
+    now, and no background write of this rank is in flight."""
+
+    save_due: bool
+    write_done: bool
+
+
 class NoLoadableCheckpoint(RuntimeError):
     """Committed checkpoints exist but none loads: starting over would mix two runs in one directory."""
 
@@ -151,13 +178,15 @@ class CheckpointManager:
     """The one owner of a run's checkpoints: when to save, what, the commit, restore and fallback
     (see the module docstring for the protocol).
 
-    ``state()`` builds the run's state as DCP state dicts (model, optimizer, scheduler, step and data
-    position); ``apply(state)`` puts a loaded one back. :meth:`due` asks ``schedule``; :meth:`save`
-    writes ``state()``; :meth:`restore` loads the newest good checkpoint through ``apply``. ``keep``
-    committed checkpoints are kept. With ``async_save``, DCP writes in
-    the background on its own gloo process group and training continues; the checkpoint is
-    committed by :meth:`commit_if_durable` once every rank reports its write done (the training
-    loop asks every step), at the latest by the next save or :meth:`close`.
+    ``state`` is the run's state (train.py's ``TrainState``: model, optimizer, scheduler, step and data
+    position): :meth:`save` writes its ``state_dict()``, :meth:`restore` loads the newest good
+    checkpoint into one and hands it to its ``load_state_dict``. The training loop calls
+    :meth:`vote` for the per-step agreement and then :meth:`step_done` once per step with the agreed
+    outcome: it commits, saves when ``schedule`` says so (or at the last step, or at a stop when the
+    save fits the time left). ``keep`` committed checkpoints are kept (pruned in the background). With
+    ``async_save``, DCP writes in the background on its own gloo process group and training
+    continues; the checkpoint is committed as soon as every rank reports its write done (the
+    agreement counts them every step), at the latest by the next save or :meth:`close`.
 
     ``tiered`` with ``tiered_checkpointing`` set asks for the tiered storage (see the module
     docstring); every rank must reach the tiers, else the run uses the directory and logs why.
@@ -176,8 +205,7 @@ class CheckpointManager:
         self,
         directory: Path,
         *,
-        state: Callable[[], dict[str, Any]],
-        apply: Callable[[dict[str, Any]], None] = lambda loaded: None,
+        state: Stateful,
         schedule: SaveSchedule = SaveSchedule(),
         keep: int = 3,
         async_save: bool = False,
@@ -190,7 +218,7 @@ class CheckpointManager:
         if keep < 1:
             raise ValueError(f"keep: {keep} must be >= 1")
         self.directory = directory
-        self.state, self.apply, self.schedule = state, apply, schedule
+        self.state, self.schedule = state, schedule
         self.last_save_at = time.monotonic()
         self.keep = keep
         self.rank = dist.get_rank()
@@ -203,11 +231,13 @@ class CheckpointManager:
         self._stager: Any = None  # the async stager, made at the first GPU save (see _staging)
         self.last_save_seconds: float | None = None
         self.last_durable_seconds: float | None = None
+        self._pruner: ThreadPoolExecutor | None = None  # rank 0's background pruning, one at a time
 
         def prepare() -> None:
             directory.mkdir(parents=True, exist_ok=True)
-            for stale in [*directory.glob(f"{TMP_PREFIX}*"), *directory.glob(f"{REPLACED_PREFIX}*")]:
-                shutil.rmtree(stale, ignore_errors=True)
+            for prefix in (TMP_PREFIX, REPLACED_PREFIX, PRUNED_PREFIX):
+                for stale in directory.glob(f"{prefix}*"):
+                    shutil.rmtree(stale, ignore_errors=True)
 
         self._on_rank_0_together("prepare the checkpoint directory", prepare)
         self.save_index = self._newest_save_index()
@@ -259,18 +289,38 @@ class CheckpointManager:
         dist.broadcast_object_list(shared, src=0)
         return int(shared[0])
 
+    # ---- the training loop's calls -------------------------------------------------------
+    def restore(self) -> int | None:
+        """Load the newest good checkpoint into the run's state (:meth:`load_latest`, then its
+        ``load_state_dict``); its step, or None for a fresh start."""
+        state = self.state.state_dict()
+        step = self.load_latest(state)
+        if step is not None:
+            self.state.load_state_dict(state)
+        return step
+
+    def vote(self, step: int, step_seconds: float) -> CheckpointVote:
+        """This rank's part of the agreement after ``step``: whether its schedule says save (asked with the
+        last measured step time) and whether its background write is done."""
+        return CheckpointVote(save_due=self.due(step, step_seconds), write_done=self.write_done)
+
+    def step_done(self, step: int, *, save: bool, ranks_done_writing: int, stopping: StopSignal | None = None) -> None:
+        """The one call per step, on every rank with the agreed outcome: commit the background save once
+        all ranks have written it; then save when ``save`` (the schedule agreed, or the last step) or,
+        when ``stopping`` before the last step, only if the slowest rank's last save fits the time left
+        (else ``final_checkpoint_skipped``: the last committed checkpoint is the resume point)."""
+        self.commit_if_durable(ranks_done_writing)
+        if stopping is not None:
+            save = final_save_fits(self.last_durable_seconds, stopping, self.device)
+            if not save:
+                self.log({"event": "final_checkpoint_skipped", "step": step, "reason": "budget"})
+        if save:
+            self.save(step, crash_before_commit=self.faults.crashes_in_checkpoint(step))
+
     # ---- saving --------------------------------------------------------------------------
     def due(self, step: int, step_seconds: float) -> bool:
         """Whether the schedule says this rank should save after ``step``."""
         return self.schedule.due(step, time.monotonic() - self.last_save_at, step_seconds, self.last_save_seconds)
-
-    def restore(self) -> int | None:
-        """Load the newest good checkpoint into the run (:meth:`load_latest`, then ``apply``)."""
-        state = self.state()
-        step = self.load_latest(state)
-        if step is not None:
-            self.apply(state)
-        return step
 
     def save(self, step: int, *, crash_before_commit: bool = False) -> None:
         """Write a checkpoint of ``step``; blocking, or in the background with ``async_save``.
@@ -278,7 +328,7 @@ class CheckpointManager:
         The memory tier failing on any rank sends this save, and the rest of the run's, to the
         directory; the directory failing raises :class:`CheckpointFailed` on every rank."""
         self.last_save_at = time.monotonic()
-        state = self.state()
+        state = self.state.state_dict()
         started = time.perf_counter()
         self.finalize()  # an earlier async save is committed (or fails) first: part of this stall
         waited_seconds = time.perf_counter() - started
@@ -403,8 +453,12 @@ class CheckpointManager:
         )
 
     def close(self) -> None:
-        """Finish the background save (committed, or :class:`CheckpointFailed`), then free the stager."""
+        """Finish the background save (committed, or :class:`CheckpointFailed`), wait for the pruning, then
+        free the stager."""
         self.finalize()
+        if self._pruner is not None:
+            self._pruner.shutdown(wait=True)
+            self._pruner = None
         if self._stager is not None:
             self._stager.close()
             self._stager = None
@@ -438,7 +492,6 @@ class CheckpointManager:
             _write_durably(self.directory / f".{LATEST}.tmp", final_dir.name)
             os.replace(self.directory / f".{LATEST}.tmp", self.directory / LATEST)
             shutil.rmtree(replaced, ignore_errors=True)
-            self._prune()
 
         self._on_rank_0_together(f"commit step {step}", commit)
         if self.rank == 0:
@@ -455,6 +508,8 @@ class CheckpointManager:
                 }
             )
         self.on_commit({"step": step, "path": str(final_dir), **record})
+        if self.rank == 0:  # after the agreement, in the background: no rank waits for it
+            self._in_background(self._prune)
 
     # ---- agreement -----------------------------------------------------------------------
     def _agree(self, error: str | None) -> list[str]:
@@ -480,10 +535,26 @@ class CheckpointManager:
         print(json.dumps({"event": "checkpoint_failed", "rank": self.rank, "reason": message}), file=sys.stderr)
         return CheckpointFailed(message)
 
+    # ---- pruning (rank 0, in the background) ----------------------------------------------
+    def _in_background(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on rank 0's pruning thread, after the ones before it; a failure is logged."""
+
+        def logged() -> None:
+            try:
+                action()
+            except Exception as exc:  # noqa: BLE001 - pruning is never fatal
+                self.log({"event": "checkpoint_prune_incomplete", "reason": f"{type(exc).__name__}: {exc}"[:500]})
+
+        if self._pruner is None:
+            self._pruner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-prune")
+        self._pruner.submit(logged)
+
     def _prune(self) -> None:
-        """Keep the newest ``keep`` and, when none of them is durable, the newest durable one. A pruned
-        tiered checkpoint's data goes too (its memory-tier step and S3 objects), so the tiers hold what
-        ``keep`` says; what cannot be deleted is logged, never fatal."""
+        """The retention rule, the one place that deletes committed checkpoints: keep the newest ``keep``
+        and, when none of them is durable, the newest durable one. A pruned folder is renamed aside
+        before it is deleted (a half-deleted checkpoint never looks committed); a pruned tiered
+        checkpoint's data goes too (its memory-tier step and S3 objects), so the tiers hold what ``keep``
+        says; what cannot be deleted is logged, never fatal."""
         committed = self.committed()
         kept = committed[: self.keep]
         if not any(_durable(_read_marker(path)) for path in kept):
@@ -492,7 +563,12 @@ class CheckpointManager:
             if old in kept:
                 continue
             marker = _read_marker(old)
-            shutil.rmtree(old, ignore_errors=True)
+            aside = self.directory / f"{PRUNED_PREFIX}{old.name.removeprefix(PREFIX)}"
+            try:
+                os.replace(old, aside)
+            except FileNotFoundError:  # gone meanwhile
+                continue
+            shutil.rmtree(aside, ignore_errors=True)
             if marker and marker.get("storage") == tiered_storage.STORAGE_NAME:
                 problems = tiered_storage.delete(marker)
                 if problems:
@@ -562,6 +638,28 @@ class CheckpointManager:
             return failures
         _, error = _attempt(lambda: dcp.load(state, **args))
         return self._agree(error)
+
+
+class NoCheckpoints:
+    """A run without ``--checkpoint-dir``: nothing to resume, nothing saved; its vote never holds up the
+    agreement."""
+
+    last_durable_seconds: float | None = None
+
+    def restore(self) -> int | None:
+        return None
+
+    def vote(self, step: int, step_seconds: float) -> CheckpointVote:
+        return CheckpointVote(save_due=False, write_done=True)
+
+    def step_done(self, step: int, *, save: bool, ranks_done_writing: int, stopping: StopSignal | None = None) -> None:
+        return None
+
+    def committed(self) -> list[Path]:
+        return []
+
+    def close(self) -> None:
+        return None
 
 
 def _attempt(action: Callable[[], T]) -> tuple[T | None, str | None]:

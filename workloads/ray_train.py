@@ -37,21 +37,31 @@ import os
 import sys
 import tempfile
 import threading
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs
 import ray
 import ray.train
 import torch.distributed as dist
-from accelerator import reduce_numbers
-from allreduce_bench import measure, network_transport, transport_problems
-from checkpointing import COMMIT_MARKER
 from ray.train.torch import TorchConfig, TorchTrainer
 from ray.util.queue import Empty, Queue
-from stopping import StopSignal
-from train import Runtime, TrainConfig, config_from_args, config_parser, emit, train
+
+# The payload's own modules: plain names when run as a script from /workloads, the package's when
+# imported as llm_infra.workloads (see train.py).
+if TYPE_CHECKING or not __package__:
+    from accelerator import reduce_numbers
+    from allreduce_bench import measure, network_transport, transport_problems
+    from checkpointing import COMMIT_MARKER
+    from stopping import StopSignal
+    from train import Runtime, TrainConfig, config_from_args, config_parser, emit, train
+else:
+    from .accelerator import reduce_numbers
+    from .allreduce_bench import measure, network_transport, transport_problems
+    from .checkpointing import COMMIT_MARKER
+    from .stopping import StopSignal
+    from .train import Runtime, TrainConfig, config_from_args, config_parser, emit, train
 
 HERE = Path(__file__).resolve().parent
 # NCCL writes its INFO log here when the transport is checked (%h host, %p pid), read back per process.
@@ -71,19 +81,19 @@ def main(argv: list[str] | None = None) -> int:
     trainer = TorchTrainer(
         train_worker,
         train_loop_config={
-            "config": asdict(config),
+            "config": config.flat(),
             "run_dir": storage_join(args.storage_path, args.name),  # Ray's run folder (a URI for s3://)
             "lines": lines,
             "expect_efa_transport": args.expect_efa_transport,
         },
-        torch_config=TorchConfig(timeout_s=config.pg_timeout_seconds),
+        torch_config=TorchConfig(timeout_s=config.run.pg_timeout_seconds),
         scaling_config=ray.train.ScalingConfig(num_workers=args.num_workers, use_gpu=args.use_gpu),
         run_config=ray.train.RunConfig(
             name=args.name,
             storage_path=args.storage_path,
             failure_config=ray.train.FailureConfig(max_failures=args.max_failures),
             # Ray keeps as many pointers as train.py keeps checkpoints (the newest always).
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=config.keep_checkpoints),
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=config.checkpoint.keep),
             worker_runtime_env={"env_vars": env},  # type: ignore[call-arg]  # Train V2's RunConfig
         ),
     )
@@ -185,8 +195,9 @@ def train_worker(job: dict[str, Any]) -> None:
             finish(runtime, job["lines"], 1)
             return
     runtime.on_checkpoint = lambda record: report_to_ray(runtime, record)
-    config = TrainConfig(**job["config"])
-    config = replace(config, checkpoint_dir=checkpoint_dir_to_resume(runtime, str(config.checkpoint_dir)))
+    config = TrainConfig.from_flat(job["config"])
+    checkpoint_dir = checkpoint_dir_to_resume(runtime, str(config.checkpoint.dir))
+    config = replace(config, checkpoint=replace(config.checkpoint, dir=checkpoint_dir))
     # Ray Train ends its workers itself (no signal reaches this thread): nothing requests a stop.
     code = train(config, runtime, StopSignal(budget_seconds=math.inf))
     finish(runtime, job["lines"], code)

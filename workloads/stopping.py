@@ -1,5 +1,6 @@
 """Stopping before the last step: the stop request a launcher sends, and whether a final save fits.
 
+Knows nothing of the training loop or the checkpoints (checkpointing.py asks :func:`final_save_fits`).
 Imports only torch and stdlib.
 """
 
@@ -10,12 +11,15 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
+import torch
 import torch.distributed as dist
-from accelerator import reduce_numbers
 
-if TYPE_CHECKING:
-    from checkpointing import CheckpointManager
-    from train import Runtime
+# The payload's own modules: plain names when run as a script from /workloads, the package's when
+# imported as llm_infra.workloads (see train.py).
+if TYPE_CHECKING or not __package__:
+    from accelerator import reduce_numbers
+else:
+    from .accelerator import reduce_numbers
 
 STOPPED_EXIT_CODE = 128 + signal.SIGTERM  # stopped before the last step: not a success
 # The stop requests. SIGTERM: pod eviction or deletion, HyperPod node replacement, forwarded by torchrun or
@@ -80,12 +84,12 @@ class StopSignal:
             self.signal_name = signal.Signals(signum).name
 
 
-def final_save_fits(checkpoints: CheckpointManager, stop: StopSignal, runtime: Runtime) -> bool:
-    """At a stop, save only if the slowest rank's last measured save fits the shortest time left
-    before SIGKILL (with a 20 % margin); with no measurement yet, try (a killed save is never
-    committed, so trying costs nothing but time)."""
-    estimate = checkpoints.last_durable_seconds  # a save until committed, as last measured here
+def final_save_fits(save_seconds: float | None, stop: StopSignal, device: torch.device) -> bool:
+    """At a stop, save only if the slowest rank's last measured save (``save_seconds``: until committed,
+    as last measured on this rank) fits the shortest time left before SIGKILL (with a 20 % margin); with
+    no measurement yet, try (a killed save is never committed, so trying costs nothing but time).
+    A collective (every rank calls it, with its tensor on the training ``device``)."""
     slowest, negative_least_left = reduce_numbers(
-        [0.0 if estimate is None else estimate, -stop.remaining_seconds()], runtime.device, dist.ReduceOp.MAX
+        [0.0 if save_seconds is None else save_seconds, -stop.remaining_seconds()], device, dist.ReduceOp.MAX
     )
     return slowest <= 0.8 * -negative_least_left

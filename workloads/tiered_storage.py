@@ -20,7 +20,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,20 @@ _S3_URI = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?")
 
 @dataclass
 class TieredCheckpointOptions:
-    """The payload's tiered-checkpointing flags (train.py's config inherits them)."""
+    """The payload's tiered-checkpointing flags (train.py's checkpoint options inherit them), each with its
+    ``--help``."""
 
-    tiered_checkpointing: bool = False
-    tiered_s3_uri: str | None = None
-    tiered_s3_every: int | None = None
+    tiered_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "HyperPod managed tiered checkpointing: memory tier on every save (falls back to the "
+            "checkpoint dir when unreachable)"
+        },
+    )
+    tiered_s3_uri: str | None = field(
+        default=None, metadata={"help": "s3://bucket/prefix of the tiered storage's S3 copies"}
+    )
+    tiered_s3_every: int | None = field(default=None, metadata={"help": "every N-th save also goes to --tiered-s3-uri"})
 
     def tiered_errors(self, checkpoint_dir: str | None) -> list[str]:
         """What is wrong with these flags, one message per problem (empty when valid)."""

@@ -9,12 +9,19 @@ A restarted run resumes from the newest complete checkpoint. A run stopped befor
 (SIGTERM: eviction, node replacement) exits 143 on every rank, so that neither torchrun nor the
 training operator takes it for a finished job. :func:`main` is torchrun's entry point (flags,
 process group, SIGTERM); :func:`train` is the run itself, which ray_train.py calls in every Ray
-Train worker. Imports only torch and stdlib.
+Train worker.
+
+The run reads top to bottom (:class:`Trainer`): built (model, optimizer, schedule, data, the run's
+:class:`TrainState`, checkpoints), resumed, then the loop, :meth:`Trainer.train`: per step one
+:meth:`Trainer.train_step` (each micro-batch's :meth:`Trainer.forward_backward`, then the optimizer),
+one agreement (:func:`agree_on_step`, the step's only host sync) and one checkpoint call
+(``step_done``), until the last step or an agreed stop. Imports only torch and stdlib.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -22,22 +29,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds
-from checkpointing import CheckpointManager, SaveSchedule
-from data import Prefetcher, SyntheticTokens, TokenFile
-from faults import FaultInjector
-from model import PRESETS, Transformer, flops_per_token
-from stopping import STOPPED_EXIT_CODE, StopSignal, final_save_fits
-from throughput import ThroughputMonitor
-from tiered_storage import TieredCheckpointOptions
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
@@ -48,6 +47,27 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+# The payload's own modules: plain names when run as a script from /workloads (the containers; mypy reads
+# the folder so too), the package's when imported as llm_infra.workloads (the tests, the planner).
+if TYPE_CHECKING or not __package__:
+    from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds
+    from checkpointing import CheckpointManager, CheckpointVote, NoCheckpoints, SaveSchedule
+    from data import Prefetcher, SyntheticTokens, TokenFile
+    from faults import FaultInjector
+    from model import PRESETS, Transformer, flops_per_token
+    from stopping import STOPPED_EXIT_CODE, StopSignal
+    from throughput import ThroughputMonitor
+    from tiered_storage import TieredCheckpointOptions
+else:
+    from .accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds
+    from .checkpointing import CheckpointManager, CheckpointVote, NoCheckpoints, SaveSchedule
+    from .data import Prefetcher, SyntheticTokens, TokenFile
+    from .faults import FaultInjector
+    from .model import PRESETS, Transformer, flops_per_token
+    from .stopping import STOPPED_EXIT_CODE, StopSignal
+    from .throughput import ThroughputMonitor
+    from .tiered_storage import TieredCheckpointOptions
 
 # none; selective (torchtitan's op policy: keep matmul and attention outputs, recompute the cheap
 # elementwise ops); full (recompute each block).
@@ -68,113 +88,265 @@ PEAK_TFLOPS = (
 VERDICT_FAILED_EXIT_CODE = 3  # a failed --verdict: not a fault a restart cures (the pods do not retry it)
 
 
+# ---- configuration --------------------------------------------------------------------------------
+def option(default: Any, help: str, *, flag: str | None = None) -> Any:
+    """A config field with its flag's help beside it (what it is, in which unit; the default is added);
+    ``flag``: the flat name when it is not the field's (``--checkpoint-dir`` is ``checkpoint.dir``)."""
+    return field(default=default, metadata={"help": help, "flag": flag})
+
+
 @dataclass
-class TrainConfig(TieredCheckpointOptions):  # --tiered-* flags: see tiered_storage.py
-    preset: str = "tiny"
-    steps: int = 100
-    seed: int = 0
-    batch_size: int = 8
-    global_batch_size: int | None = None
-    seq_len: int = 128
-    lr: float = 3e-3
-    warmup_steps: int = 10
-    data: str = "synthetic"
-    data_dtype: str = "uint16"
-    checkpoint_dir: str | None = None
-    checkpoint_every: int | None = None
-    checkpoint_interval_seconds: float | None = None
-    mtbf_hours: float | None = None
-    job_mtbf_hours: float | None = None
-    keep_checkpoints: int = 3
-    async_checkpoint: bool = False
-    activation_checkpointing: str = "selective"
-    weight_decay: float = 0.1
-    compile: bool = False
-    pg_timeout_seconds: int = 600
-    fail_at_step: int | None = None
-    fail_rank: int | None = None
-    fail_in_checkpoint_at_step: int | None = None
-    fail_in_checkpoint_load: bool = False
-    fail_in_checkpoint_save_at_step: int | None = None
-    fail_memory_tier_at_load: bool = False
-    fail_memory_tier_at_step: int | None = None
-    verdict: bool = False
-    log_every: int = 1
-    throughput_interval_s: float = 60.0
+class RunOptions:
+    steps: int = option(100, "optimizer steps to train to (a resumed run continues to this step)")
+    seed: int = option(0, "seed of the model's initialisation and of the data order")
+    verdict: bool = option(
+        False,
+        "end with a pass/fail verdict line (the loss fell, the run ends on a complete checkpoint); "
+        f"a failed verdict exits {VERDICT_FAILED_EXIT_CODE}",
+    )
+    log_every: int = option(1, "print a step line every N steps (also when host syncs happen: timing, MFU)")
+    throughput_interval_s: float = option(
+        60.0, "seconds between throughput heartbeat lines (each node's first process)"
+    )
+    pg_timeout_seconds: int = option(600, "process-group timeout in seconds: a collective waiting longer fails the run")
+
+
+@dataclass
+class ModelOptions:
+    preset: str = option("tiny", f"model size: {', '.join(PRESETS)}")
+    activation_checkpointing: str = option(
+        "selective",
+        "none, selective (recompute every second matmul and the cheap ops, as torchtitan) or full (recompute "
+        "each block)",
+    )
+    compile: bool = option(False, "torch.compile each block (fullgraph: a graph break fails loudly)")
+
+
+@dataclass
+class DataOptions:
+    source: str = option(
+        "synthetic", "'synthetic', or the path of a token file (uint16/uint32 ids, e.g. on FSx)", flag="data"
+    )
+    dtype: str = option("uint16", "token file dtype: uint16 or uint32", flag="data_dtype")
+    seq_len: int = option(128, "tokens per sample")
+    batch_size: int = option(8, "samples per rank per micro-step (with --global-batch-size: the micro-batch)")
+    global_batch_size: int | None = option(
+        None,
+        "samples per optimizer step over all ranks, kept at any world size by gradient accumulation; must be "
+        "a multiple of world size x --batch-size (unset: --batch-size per rank)",
+    )
+
+
+@dataclass
+class OptimizerOptions:
+    lr: float = option(3e-3, "peak learning rate (after warm-up; cosine decay to 10 %% of it)")
+    warmup_steps: int = option(10, "steps of linear learning-rate warm-up")
+    weight_decay: float = option(0.1, "AdamW weight decay")
+
+
+@dataclass
+class CheckpointOptions(TieredCheckpointOptions):  # --tiered-* flags: see tiered_storage.py
+    dir: str | None = option(
+        None,
+        "where checkpoints are committed (FSx on the cluster); the run resumes from the newest",
+        flag="checkpoint_dir",
+    )
+    every: int | None = option(None, "save every N steps", flag="checkpoint_every")
+    interval_seconds: float | None = option(
+        None, "save every N seconds of training (wall clock)", flag="checkpoint_interval_seconds"
+    )
+    mtbf_hours: float | None = option(
+        None,
+        "save at Daly's optimum for one instance's mean time between failures in hours, as in `llm-infra plan` "
+        "(the job's MTBF is this / the number of nodes, taken from the world)",
+    )
+    job_mtbf_hours: float | None = option(
+        None, "save at Daly's optimum for this whole-job mean time between failures, in hours"
+    )
+    keep: int = option(
+        3, "committed checkpoints kept (plus the newest durable one, for tiered storage)", flag="keep_checkpoints"
+    )
+    async_save: bool = option(
+        False, "write checkpoints in the background; training waits only for staging", flag="async_checkpoint"
+    )
+
+
+@dataclass
+class FaultOptions:
+    """Fault injection for the resilience tests and the validation job (faults.py); field names are
+    FaultInjector's."""
+
+    fail_at_step: int | None = option(None, "fault injection: --fail-rank exits before this step (first attempt only)")
+    fail_rank: int | None = option(None, "fault injection: the rank that fails (default 0)")
+    fail_in_checkpoint_at_step: int | None = option(
+        None, "fault injection: die after writing this step's shards, before the commit"
+    )
+    fail_in_checkpoint_load: bool = option(
+        False, "fault injection: an I/O error reading the newest checkpoint's shards"
+    )
+    fail_in_checkpoint_save_at_step: int | None = option(
+        None, "fault injection: an I/O error writing this step's shards"
+    )
+    fail_memory_tier_at_load: bool = option(False, "fault injection: the memory tier has nothing for this rank at load")
+    fail_memory_tier_at_step: int | None = option(
+        None, "fault injection: the memory tier refuses this rank's shards of this step"
+    )
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One command-line flag: ``--<name with dashes>``, the field ``group.field`` of :class:`TrainConfig`."""
+
+    name: str  # the flat name: the flag with underscores, the key in a --config file
+    group: str
+    field: str
+    default: Any
+    help: str
+    kind: type
+
+
+@dataclass
+class TrainConfig:
+    """The run's configuration, in groups; on the command line (and in a ``--config`` file) every field
+    is one flat flag (:meth:`flags`)."""
+
+    run: RunOptions = field(default_factory=RunOptions)
+    model: ModelOptions = field(default_factory=ModelOptions)
+    data: DataOptions = field(default_factory=DataOptions)
+    optimizer: OptimizerOptions = field(default_factory=OptimizerOptions)
+    checkpoint: CheckpointOptions = field(default_factory=CheckpointOptions)
+    faults: FaultOptions = field(default_factory=FaultOptions)
+
+    @staticmethod
+    @functools.cache
+    def flags() -> tuple[Flag, ...]:
+        """Every flag, group by group."""
+        found = []
+        for group in fields(TrainConfig):
+            defaults = getattr(TrainConfig(), group.name)
+            for f in fields(defaults):
+                kind = {"int": int, "float": float, "str": str, "bool": bool}[str(f.type).split(" ")[0]]
+                name = f.metadata.get("flag") or f.name
+                found.append(Flag(name, group.name, f.name, getattr(defaults, f.name), f.metadata["help"], kind))
+        return tuple(found)
+
+    @classmethod
+    def from_flat(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config from flat names (``{"steps": 80, "checkpoint_dir": ...}``); unset ones keep their default."""
+        by_name = {flag.name: flag for flag in cls.flags()}
+        unknown = sorted(set(values) - set(by_name))
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}")
+        groups: dict[str, dict[str, Any]] = {f.name: {} for f in fields(cls)}
+        for name, value in values.items():
+            groups[by_name[name].group][by_name[name].field] = value
+        defaults = cls()
+        return cls(**{group: type(getattr(defaults, group))(**given) for group, given in groups.items()})
+
+    def flat(self) -> dict[str, Any]:
+        """Every flag's value by its flat name: :meth:`from_flat` gives this config back."""
+        return {flag.name: getattr(getattr(self, flag.group), flag.field) for flag in self.flags()}
 
     def validate(self) -> None:
+        run, model, data, ckpt, faults = self.run, self.model, self.data, self.checkpoint, self.faults
         errors = []
-        if self.preset not in PRESETS:
-            errors.append(f"--preset: {self.preset!r} is not allowed; allowed: {', '.join(PRESETS)}")
-        elif self.seq_len > PRESETS[self.preset].max_seq_len:
+        if model.preset not in PRESETS:
+            errors.append(f"--preset: {model.preset!r} is not allowed; allowed: {', '.join(PRESETS)}")
+        elif data.seq_len > PRESETS[model.preset].max_seq_len:
             errors.append(
-                f"--seq-len: {self.seq_len} exceeds the preset's max_seq_len {PRESETS[self.preset].max_seq_len}"
+                f"--seq-len: {data.seq_len} exceeds the preset's max_seq_len {PRESETS[model.preset].max_seq_len}"
             )
-        if self.steps < 1 or self.batch_size < 1 or self.seq_len < 2:
+        if run.steps < 1 or data.batch_size < 1 or data.seq_len < 2:
             errors.append("--steps, --batch-size must be >= 1 and --seq-len >= 2")
-        if self.global_batch_size is not None and self.global_batch_size % self.batch_size:
+        if data.global_batch_size is not None and data.global_batch_size % data.batch_size:
             errors.append(
-                f"--global-batch-size: {self.global_batch_size} is not a multiple of --batch-size {self.batch_size}"
+                f"--global-batch-size: {data.global_batch_size} is not a multiple of --batch-size {data.batch_size}"
             )
-        schedules = [self.checkpoint_every, self.checkpoint_interval_seconds, self.mtbf_hours, self.job_mtbf_hours]
+        schedules = [ckpt.every, ckpt.interval_seconds, ckpt.mtbf_hours, ckpt.job_mtbf_hours]
         if sum(s is not None for s in schedules) > 1:
             errors.append(
                 "--checkpoint-every, --checkpoint-interval-seconds, --mtbf-hours and --job-mtbf-hours are "
                 "alternatives: pick one"
             )
-        for flag, hours in (("--mtbf-hours", self.mtbf_hours), ("--job-mtbf-hours", self.job_mtbf_hours)):
+        for flag, hours in (("--mtbf-hours", ckpt.mtbf_hours), ("--job-mtbf-hours", ckpt.job_mtbf_hours)):
             if hours is not None and hours <= 0:
                 errors.append(f"{flag}: {hours} must be > 0 (hours)")
         needs_dir = {
-            "--async-checkpoint": self.async_checkpoint,
-            "--checkpoint-every": self.checkpoint_every is not None,
-            "--checkpoint-interval-seconds": self.checkpoint_interval_seconds is not None,
-            "--mtbf-hours": self.mtbf_hours is not None,
-            "--job-mtbf-hours": self.job_mtbf_hours is not None,
-            "--fail-in-checkpoint-at-step": self.fail_in_checkpoint_at_step is not None,
-            "--fail-in-checkpoint-load": self.fail_in_checkpoint_load,
-            "--fail-in-checkpoint-save-at-step": self.fail_in_checkpoint_save_at_step is not None,
-            "--verdict": self.verdict,
+            "--async-checkpoint": ckpt.async_save,
+            "--checkpoint-every": ckpt.every is not None,
+            "--checkpoint-interval-seconds": ckpt.interval_seconds is not None,
+            "--mtbf-hours": ckpt.mtbf_hours is not None,
+            "--job-mtbf-hours": ckpt.job_mtbf_hours is not None,
+            "--fail-in-checkpoint-at-step": faults.fail_in_checkpoint_at_step is not None,
+            "--fail-in-checkpoint-load": faults.fail_in_checkpoint_load,
+            "--fail-in-checkpoint-save-at-step": faults.fail_in_checkpoint_save_at_step is not None,
+            "--verdict": run.verdict,
         }
         for flag, used in needs_dir.items():
-            if used and not self.checkpoint_dir:
+            if used and not ckpt.dir:
                 errors.append(f"{flag} needs --checkpoint-dir")
+        errors.extend(self._fault_errors())
+        if model.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
+            errors.append(
+                f"--activation-checkpointing: {model.activation_checkpointing!r} is not allowed; allowed: "
+                + ", ".join(ACTIVATION_CHECKPOINTING)
+            )
+        if run.throughput_interval_s <= 0:
+            errors.append(f"--throughput-interval-s: {run.throughput_interval_s} must be > 0")
+        if ckpt.every is not None and ckpt.every < 1:
+            errors.append(f"--checkpoint-every: {ckpt.every} must be >= 1")
+        errors.extend(ckpt.tiered_errors(ckpt.dir))
+        if errors:
+            raise SystemExit("train.py: invalid configuration:\n  " + "\n  ".join(errors))
+
+    def _fault_errors(self) -> list[str]:
+        faults, errors = self.faults, []
         step_faults = {
-            "--fail-at-step": self.fail_at_step,
-            "--fail-in-checkpoint-at-step": self.fail_in_checkpoint_at_step,
-            "--fail-in-checkpoint-save-at-step": self.fail_in_checkpoint_save_at_step,
-            "--fail-memory-tier-at-step": self.fail_memory_tier_at_step,
+            "--fail-at-step": faults.fail_at_step,
+            "--fail-in-checkpoint-at-step": faults.fail_in_checkpoint_at_step,
+            "--fail-in-checkpoint-save-at-step": faults.fail_in_checkpoint_save_at_step,
+            "--fail-memory-tier-at-step": faults.fail_memory_tier_at_step,
         }
-        load_faults = {"--fail-in-checkpoint-load": self.fail_in_checkpoint_load}
+        load_faults = {"--fail-in-checkpoint-load": faults.fail_in_checkpoint_load}
         memory_faults = {
-            "--fail-memory-tier-at-load": self.fail_memory_tier_at_load,
-            "--fail-memory-tier-at-step": self.fail_memory_tier_at_step is not None,
+            "--fail-memory-tier-at-load": faults.fail_memory_tier_at_load,
+            "--fail-memory-tier-at-step": faults.fail_memory_tier_at_step is not None,
         }
         no_fault = all(v is None for v in step_faults.values()) and not any(
             [*load_faults.values(), *memory_faults.values()]
         )
-        if self.fail_rank is not None and no_fault:
+        if faults.fail_rank is not None and no_fault:
             errors.append(
                 "--fail-rank needs a fault: " + ", ".join(dict.fromkeys([*step_faults, *load_faults, *memory_faults]))
             )
         for flag, used in memory_faults.items():
-            if used and not self.tiered_checkpointing:
+            if used and not self.checkpoint.tiered_checkpointing:
                 errors.append(f"{flag} needs --tiered-checkpointing")
         for flag, value in step_faults.items():
-            if value is not None and not 0 < value < self.steps:
-                errors.append(f"{flag}: {value} must lie in 1..{self.steps - 1}")
-        if self.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
-            errors.append(
-                f"--activation-checkpointing: {self.activation_checkpointing!r} is not allowed; allowed: "
-                + ", ".join(ACTIVATION_CHECKPOINTING)
-            )
-        if self.throughput_interval_s <= 0:
-            errors.append(f"--throughput-interval-s: {self.throughput_interval_s} must be > 0")
-        if self.checkpoint_every is not None and self.checkpoint_every < 1:
-            errors.append(f"--checkpoint-every: {self.checkpoint_every} must be >= 1")
-        errors.extend(self.tiered_errors(self.checkpoint_dir))
-        if errors:
-            raise SystemExit("train.py: invalid configuration:\n  " + "\n  ".join(errors))
+            if value is not None and not 0 < value < self.run.steps:
+                errors.append(f"{flag}: {value} must lie in 1..{self.run.steps - 1}")
+        return errors
+
+
+class _FlagView:
+    """``config.<flat name>``, read only: a flag's value by its flag name, for code outside the payload that
+    knows the flags (``TrainConfig.<flat name>``: its default). The payload itself reads the groups."""
+
+    def __init__(self, flag: Flag) -> None:
+        self.flag = flag
+
+    def __get__(self, config: TrainConfig | None, owner: type) -> Any:
+        if config is None:
+            return self.flag.default
+        return getattr(getattr(config, self.flag.group), self.flag.field)
+
+    def __set__(self, config: TrainConfig, value: Any) -> None:
+        raise AttributeError(f"{self.flag.name} is read only: set {self.flag.group}.{self.flag.field}")
+
+
+for _flag in TrainConfig.flags():
+    if _flag.name not in TrainConfig.__dataclass_fields__:  # --data is data.source: config.data is its group
+        setattr(TrainConfig, _flag.name, _FlagView(_flag))
 
 
 def parse_config(argv: list[str] | None = None) -> TrainConfig:
@@ -183,72 +355,28 @@ def parse_config(argv: list[str] | None = None) -> TrainConfig:
     return config_from_args(parser.parse_args(argv), parser)
 
 
-# Each flag's help: what it is, in which unit (the default is added from TrainConfig).
-FLAG_HELP = {
-    "preset": f"model size: {', '.join(PRESETS)}",
-    "steps": "optimizer steps to train to (a resumed run continues to this step)",
-    "seed": "seed of the model's initialisation and of the data order",
-    "batch_size": "samples per rank per micro-step (with --global-batch-size: the micro-batch)",
-    "global_batch_size": "samples per optimizer step over all ranks, kept at any world size by gradient "
-    "accumulation; must be a multiple of world size x --batch-size (unset: --batch-size per rank)",
-    "seq_len": "tokens per sample",
-    "lr": "peak learning rate (after warm-up; cosine decay to 10 %% of it)",
-    "warmup_steps": "steps of linear learning-rate warm-up",
-    "data": "'synthetic', or the path of a token file (uint16/uint32 ids, e.g. on FSx)",
-    "data_dtype": "token file dtype: uint16 or uint32",
-    "checkpoint_dir": "where checkpoints are committed (FSx on the cluster); the run resumes from the newest",
-    "checkpoint_every": "save every N steps",
-    "checkpoint_interval_seconds": "save every N seconds of training (wall clock)",
-    "mtbf_hours": "save at Daly's optimum for one instance's mean time between failures in hours, as in "
-    "`llm-infra plan` (the job's MTBF is this / the number of nodes, taken from the world)",
-    "job_mtbf_hours": "save at Daly's optimum for this whole-job mean time between failures, in hours",
-    "keep_checkpoints": "committed checkpoints kept (plus the newest durable one, for tiered storage)",
-    "async_checkpoint": "write checkpoints in the background; training waits only for staging",
-    "activation_checkpointing": "none, selective (recompute every second matmul and the cheap ops, as "
-    "torchtitan) or full (recompute each block)",
-    "weight_decay": "AdamW weight decay",
-    "compile": "torch.compile each block (fullgraph: a graph break fails loudly)",
-    "pg_timeout_seconds": "process-group timeout in seconds: a collective waiting longer fails the run",
-    "fail_at_step": "fault injection: --fail-rank exits before this step (first attempt only)",
-    "fail_rank": "fault injection: the rank that fails (default 0)",
-    "fail_in_checkpoint_at_step": "fault injection: die after writing this step's shards, before the commit",
-    "fail_in_checkpoint_load": "fault injection: an I/O error reading the newest checkpoint's shards",
-    "fail_in_checkpoint_save_at_step": "fault injection: an I/O error writing this step's shards",
-    "fail_memory_tier_at_load": "fault injection: the memory tier has nothing for this rank at load",
-    "fail_memory_tier_at_step": "fault injection: the memory tier refuses this rank's shards of this step",
-    "verdict": "end with a pass/fail verdict line (the loss fell, the run ends on a complete checkpoint); "
-    f"a failed verdict exits {VERDICT_FAILED_EXIT_CODE}",
-    "log_every": "print a step line every N steps (also when host syncs happen: timing, MFU)",
-    "throughput_interval_s": "seconds between throughput heartbeat lines (each node's first process)",
-    "tiered_checkpointing": "HyperPod managed tiered checkpointing: memory tier on every save (falls back to "
-    "the checkpoint dir when unreachable)",
-    "tiered_s3_uri": "s3://bucket/prefix of the tiered storage's S3 copies",
-    "tiered_s3_every": "every N-th save also goes to --tiered-s3-uri",
-}
-
-
 def config_parser(description: str | None) -> argparse.ArgumentParser:
-    """A parser with every :class:`TrainConfig` flag and ``--config``; launchers (ray_train.py) add their own."""
+    """A parser with every :class:`TrainConfig` flag, one argument group per config group, and ``--config``;
+    launchers (ray_train.py) add their own."""
     parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("--config", type=Path, help="JSON file with defaults for the flags below")
-    defaults = TrainConfig()
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        shown = "off" if default is False else "unset" if default is None else default
-        help_text = f"{FLAG_HELP[f.name]} (default: {shown})"
-        if isinstance(default, bool):
-            parser.add_argument(flag, action="store_true", default=None, help=help_text)
+    groups: dict[str, Any] = {}
+    for flag in TrainConfig.flags():
+        group = groups.get(flag.group) or groups.setdefault(flag.group, parser.add_argument_group(flag.group))
+        shown = "off" if flag.default is False else "unset" if flag.default is None else flag.default
+        help_text = f"{flag.help} (default: {shown})"
+        option_string = "--" + flag.name.replace("_", "-")
+        if flag.kind is bool:
+            group.add_argument(option_string, action="store_true", default=None, help=help_text)
         else:
-            kind = {"int": int, "float": float, "str": str}[str(f.type).split(" ")[0].replace("'", "")]
-            parser.add_argument(flag, type=kind, default=None, help=help_text)
+            group.add_argument(option_string, type=flag.kind, default=None, help=help_text)
     return parser
 
 
 def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrainConfig:
-    """The validated config from ``parser``'s parsed ``args`` (attributes that are no config field are
-    the launcher's, and ignored)."""
-    names = {f.name for f in fields(TrainConfig)}
+    """The validated config from ``parser``'s parsed ``args`` (attributes that are no flag are the
+    launcher's, and ignored)."""
+    names = {flag.name for flag in TrainConfig.flags()}
     values: dict[str, Any] = {}
     if args.config:
         from_file = json.loads(args.config.read_text())
@@ -257,7 +385,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
             parser.error(f"--config {args.config}: unknown keys {sorted(unknown)}")
         values.update(from_file)
     values.update({k: v for k, v in vars(args).items() if v is not None and k in names})
-    config = TrainConfig(**values)
+    config = TrainConfig.from_flat(values)
     config.validate()
     return config
 
@@ -345,6 +473,24 @@ def init_distributed(timeout_seconds: int) -> Runtime:
     return Runtime(rank, world_size, device, restart_count, local_rank=local_rank)
 
 
+def emit(runtime: Runtime, record: dict[str, Any], *, every_node: bool = False) -> None:
+    """A JSON line stamped with the wall-clock time (stdout, or what ``runtime.write_line`` does): from
+    rank 0, or with ``every_node`` from each node's first process (:attr:`Runtime.is_node_main`).
+
+    Liveness lines (``start``, ``step``, ``throughput``, ``stopped``) go out on every node: hyperpodrun's
+    log monitor reads only local rank 0's output on each node (hyperpod-elastic-agent 1.1.3,
+    elastic_agent/hyperpod_elastic_agent.py ``start_log_monitoring``, logagent/log_agent.py) and takes a
+    node that prints none for hung. Results (``summary``, verdict, ``checkpoint``, ``resume``...) are
+    written once, by rank 0: the pod that holds rank 0 has the run's whole record, the other pods'
+    logs only their liveness lines. Rank 0's node sees ``summary`` end the log rules; the others see
+    their worker exit at about the same time.
+    """
+    writes = runtime.is_node_main if every_node else runtime.is_main
+    if writes:  # one write per line: the throughput thread logs too
+        runtime.write_line(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
+
+
+# ---- building the run ---------------------------------------------------------------------------
 def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
     """The preset model, sharded with FSDP2 (bf16 on GPU), then deterministically initialised.
 
@@ -354,15 +500,15 @@ def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
     so are the embedding table and the output projection unless they share one weight.
     """
     with torch.device("meta"):
-        model = Transformer(PRESETS[config.preset])
+        model = Transformer(PRESETS[config.model.preset])
     # bf16 compute with fp32 reduction on GPU; full precision on CPU.
     if runtime.device.type == "cuda":
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     else:
         policy = MixedPrecisionPolicy()
     for index, block in enumerate(model.layers):
-        block = checkpointed(block, config.activation_checkpointing)
-        if config.compile:
+        block = checkpointed(block, config.model.activation_checkpointing)
+        if config.model.compile:
             block.compile(fullgraph=True)  # a graph break fails loudly instead of running slowly
         fully_shard(block, mp_policy=policy)
         model.layers[index] = block
@@ -371,7 +517,7 @@ def build_model(config: TrainConfig, runtime: Runtime) -> torch.nn.Module:
         fully_shard(model.output, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
     model.to_empty(device=runtime.device)
-    model.init_weights(config.seed)
+    model.init_weights(config.run.seed)
     return model
 
 
@@ -428,23 +574,36 @@ def make_optimizer(model: torch.nn.Module, config: TrainConfig, runtime: Runtime
     fused = runtime.device.type == "cuda"
     return torch.optim.AdamW(
         model.parameters(),
-        lr=config.lr,
+        lr=config.optimizer.lr,
         betas=ADAM_BETAS,
-        weight_decay=config.weight_decay,
+        weight_decay=config.optimizer.weight_decay,
         fused=fused,
         foreach=not fused,
     )
 
 
+def lr_lambda(config: TrainConfig) -> Callable[[int], float]:
+    warmup_steps, steps = config.optimizer.warmup_steps, config.run.steps
+
+    def schedule(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, steps - warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+    return schedule
+
+
 def make_data(config: TrainConfig, batching: Batching, vocab_size: int) -> SyntheticTokens | TokenFile:
     """The data source, indexed by global sample number (data.py)."""
-    if config.data == "synthetic":
-        return SyntheticTokens(vocab_size=vocab_size, seq_len=config.seq_len, seed=config.seed)
+    data = config.data
+    if data.source == "synthetic":
+        return SyntheticTokens(vocab_size=vocab_size, seq_len=data.seq_len, seed=config.run.seed)
     return TokenFile(
-        Path(config.data),
-        dtype=config.data_dtype,
-        seq_len=config.seq_len,
-        seed=config.seed,
+        Path(data.source),
+        dtype=data.dtype,
+        seq_len=data.seq_len,
+        seed=config.run.seed,
         min_samples=batching.global_batch,
     )
 
@@ -467,14 +626,15 @@ class Batching:
     def of(cls, config: TrainConfig, world_size: int) -> Batching:
         """``--global-batch-size`` split over ``world_size`` ranks (gradient accumulation keeps it whatever
         the world size); without it, ``--batch-size`` per rank, today's meaning."""
-        global_batch = config.global_batch_size or config.batch_size * world_size
-        if global_batch % (config.batch_size * world_size):
+        batch_size = config.data.batch_size
+        global_batch = config.data.global_batch_size or batch_size * world_size
+        if global_batch % (batch_size * world_size):
             raise SystemExit(
                 f"train.py: --global-batch-size {global_batch} cannot be split over {world_size} ranks of "
-                f"--batch-size {config.batch_size}: it must be a multiple of {config.batch_size * world_size} "
+                f"--batch-size {batch_size}: it must be a multiple of {batch_size * world_size} "
                 "(world size x batch size); change --batch-size or the number of ranks"
             )
-        return cls(global_batch, config.batch_size, world_size)
+        return cls(global_batch, batch_size, world_size)
 
     @property
     def accumulation(self) -> int:
@@ -484,17 +644,37 @@ class Batching:
         return consumed + (micro_step * self.world_size + rank) * self.micro_batch
 
 
-def lr_lambda(config: TrainConfig):
-    def schedule(step: int) -> float:
-        if step < config.warmup_steps:
-            return (step + 1) / config.warmup_steps
-        progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+def make_checkpoints(
+    config: TrainConfig, runtime: Runtime, state: TrainState, faults: FaultInjector
+) -> CheckpointManager | NoCheckpoints:
+    """The run's checkpoints in ``--checkpoint-dir`` (saving ``state``), or none without it."""
+    options = config.checkpoint
+    if not options.dir:
+        return NoCheckpoints()
+    return CheckpointManager(
+        Path(options.dir),
+        state=state,
+        schedule=SaveSchedule(options.every, options.interval_seconds, job_mtbf_hours(config, runtime)),
+        keep=options.keep,
+        async_save=options.async_save,
+        log=lambda r: emit(runtime, r),
+        device=runtime.device,
+        tiered=options,
+        on_commit=runtime.on_checkpoint,
+        faults=faults,
+    )
 
-    return schedule
+
+def job_mtbf_hours(config: TrainConfig, runtime: Runtime) -> float | None:
+    """The whole job's MTBF: ``--job-mtbf-hours``, or ``--mtbf-hours`` (one instance's, as `llm-infra plan`
+    means it) over the job's nodes."""
+    options = config.checkpoint
+    if options.job_mtbf_hours is not None:
+        return options.job_mtbf_hours
+    return None if options.mtbf_hours is None else options.mtbf_hours / runtime.nodes
 
 
-# ---- the run --------------------------------------------------------------------------------------
+# ---- the run's state ------------------------------------------------------------------------------
 @dataclass
 class Progress:
     """Where the run is: saved in every checkpoint. ``samples``: the global samples consumed, the data
@@ -503,52 +683,228 @@ class Progress:
     step: int = 0
     initial_loss: float = float("nan")
     samples: int = 0
-    loss: float = float("nan")  # the last step's mean loss: a run resumed at its end still has it
+    loss: float = float("nan")  # the last step's mean loss: a run resumed at its last step still has it
 
 
-@dataclass
-class StepAgreement:
-    """What each rank brings to the one small all-reduce after every step: the step's one host sync
-    (stop, save and commit must be decided alike on every rank, every step); the loss stays on the
-    device until then."""
+class TrainState:
+    """Everything a checkpoint holds, as DCP's ``Stateful``: the model, the optimizer, the LR schedule
+    and the :class:`Progress`; the checkpoint manager saves :meth:`state_dict` and restores through
+    :meth:`load_state_dict`."""
 
-    loss: torch.Tensor
-    stop: bool  # this rank was asked to stop
-    save_due: bool  # this rank's checkpoint schedule says save now
-    write_done: bool  # this rank has no background checkpoint write in flight
+    def __init__(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler
+    ) -> None:
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.progress = Progress()
 
-    def reduce(self, runtime: Runtime) -> Agreed:
-        loss, stops, saves, writes_done = reduce_numbers(
-            [self.loss, float(self.stop), float(self.save_due), float(self.write_done)], runtime.device
-        )
-        return Agreed(loss / runtime.world_size, stops > 0, saves > 0, int(writes_done))
+    def state_dict(self) -> dict[str, Any]:
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        return {
+            "model": model_state,
+            "optimizer": optim_state,
+            "scheduler": self.scheduler.state_dict(),
+            "progress": asdict(self.progress),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        vars(self.progress).update(state["progress"])
 
 
+# ---- the loop -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Agreed:
-    """The outcome, identical on every rank."""
+    """The outcome of a step's agreement, identical on every rank."""
 
     mean_loss: float
-    stop: bool
-    save: bool
-    ranks_done_writing: int
+    stop: bool  # some rank was asked to stop
+    save: bool  # some rank's checkpoint schedule says save now
+    ranks_done_writing: int  # ranks with no background checkpoint write in flight
 
 
-def emit(runtime: Runtime, record: dict[str, Any], *, every_node: bool = False) -> None:
-    """A JSON line stamped with the wall-clock time (stdout, or what ``runtime.write_line`` does): from
-    rank 0, or with ``every_node`` from each node's first process (:attr:`Runtime.is_node_main`).
+def agree_on_step(loss: torch.Tensor, stop: StopSignal, vote: CheckpointVote, runtime: Runtime) -> Agreed:
+    """The one small all-reduce after every step, and the step's one host sync (reading its result): stop,
+    save and commit must be decided alike on every rank, every step; the loss stays on the device until then."""
+    loss_sum, stops, saves, writes_done = reduce_numbers(
+        [loss, float(stop.requested), float(vote.save_due), float(vote.write_done)], runtime.device
+    )
+    return Agreed(loss_sum / runtime.world_size, stops > 0, saves > 0, int(writes_done))
 
-    Liveness lines (``start``, ``step``, ``throughput``, ``stopped``) go out on every node: hyperpodrun's
-    log monitor reads only local rank 0's output on each node (hyperpod-elastic-agent 1.1.3,
-    elastic_agent/hyperpod_elastic_agent.py ``start_log_monitoring``, logagent/log_agent.py) and takes a
-    node that prints none for hung. Results (``summary``, verdict, ``checkpoint``, ``resume``...) are
-    written once, by rank 0: the pod that holds rank 0 has the run's whole record, the other pods'
-    logs only their liveness lines. Rank 0's node sees ``summary`` end the log rules; the others see
-    their worker exit at about the same time.
+
+class Trainer:
+    """One run on an initialised default process group: built here, then :meth:`train`."""
+
+    def __init__(self, config: TrainConfig, runtime: Runtime, stop: StopSignal) -> None:
+        self.config, self.runtime, self.stop = config, runtime, stop
+        torch.manual_seed(config.run.seed)
+        self.model_args = PRESETS[config.model.preset]
+        model = build_model(config, runtime)
+        optimizer = make_optimizer(model, config, runtime)
+        # DCP's state-dict API initialises empty optimizer state with a zero-lr step (Adam's step count
+        # becomes 1); do it in every run, with or without checkpoints, so that both train identically.
+        get_optimizer_state_dict(model, optimizer)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
+        self.batching = Batching.of(config, runtime.world_size)
+        self.data = Prefetcher(
+            make_data(config, self.batching, self.model_args.vocab_size),
+            runtime.device,
+            batch_size=self.batching.micro_batch,
+            stride=self.batching.micro_batch * runtime.world_size,
+        )
+        self.state = TrainState(model, optimizer, scheduler)
+        self.faults = FaultInjector(runtime.rank, runtime.restart_count, **asdict(config.faults))
+        self.checkpoints = make_checkpoints(config, runtime, self.state, self.faults)
+        self.tokens_per_step = self.batching.global_batch * config.data.seq_len
+        self.flops_per_token = flops_per_token(self.model_args, config.data.seq_len)
+        device = runtime.device
+        self.peak_tflops = peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+        self.steps_run = 0
+
+    def forward_backward(self, micro_step: int) -> torch.Tensor:
+        """One micro-batch of this rank: forward, loss, backward. Its share of the step's mean loss."""
+        progress, batching = self.state.progress, self.batching
+        batch = self.data.batch(batching.first_sample(progress.samples, micro_step, self.runtime.rank))
+        logits = self.state.model(batch.inputs)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten()) / batching.accumulation
+        loss.backward()
+        return loss.detach()
+
+    def train_step(self) -> torch.Tensor:
+        """One optimizer step over the global batch (every micro-batch, then clip, step, schedule); the
+        mean loss over the global batch's samples on this rank, still on the device."""
+        state = self.state
+        loss = torch.zeros((), device=self.runtime.device)
+        for micro_step in range(self.batching.accumulation):
+            loss += self.forward_backward(micro_step)
+        torch.nn.utils.clip_grad_norm_(state.model.parameters(), 1.0)
+        state.optimizer.step()
+        state.optimizer.zero_grad(set_to_none=True)
+        state.scheduler.step()
+        state.progress.step += 1
+        state.progress.samples += self.batching.global_batch
+        return loss
+
+    def train(self) -> int:
+        """Resume, then the loop: a train step, the agreement and one checkpoint call per step, until the
+        last step or an agreed stop. The exit code: 0, :data:`VERDICT_FAILED_EXIT_CODE` or
+        :data:`STOPPED_EXIT_CODE`."""
+        progress, steps, stop = self.state.progress, self.config.run.steps, self.stop
+        resumed_from = self.checkpoints.restore()
+        throughput = self.start_logging(resumed_from)
+        loop_started, step_seconds = time.perf_counter(), 0.0
+        while progress.step < steps:
+            self.faults.before_step(progress.step)
+            started = time.perf_counter()
+            loss = self.train_step()
+            # The checkpoint's vote asks its schedule with the last step's time (this one's is not known
+            # before the sync).
+            agreed = agree_on_step(loss, stop, self.checkpoints.vote(progress.step, step_seconds), self.runtime)
+            step_seconds = time.perf_counter() - started
+            throughput.add(self.tokens_per_step, progress.step)
+            self.log_step(agreed.mean_loss, step_seconds)
+            last_step = progress.step == steps
+            stopping = agreed.stop and not last_step
+            self.checkpoints.step_done(
+                progress.step,
+                save=agreed.save or last_step,
+                ranks_done_writing=agreed.ranks_done_writing,
+                stopping=stop if stopping else None,
+            )
+            if stopping:
+                break
+        throughput.stop()
+        return self.finish(resumed_from, loop_started)
+
+    def start_logging(self, resumed_from: int | None) -> ThroughputMonitor:
+        """The ``start`` line, and the throughput heartbeat (started on each node's first process)."""
+        runtime = self.runtime
+        start = {
+            "event": "start",
+            "preset": self.config.model.preset,
+            "world_size": runtime.world_size,
+            "device": runtime.device.type,
+            "restart": runtime.restart_count,
+            "resumed_from": resumed_from,
+            "global_batch": self.batching.global_batch,
+            "accumulation": self.batching.accumulation,
+            "samples": self.state.progress.samples,
+            "shutdown_budget_seconds": self.stop.known_budget_seconds,
+        }
+        emit(runtime, start, every_node=True)
+        throughput = ThroughputMonitor(
+            lambda r: emit(runtime, r, every_node=True), interval_s=self.config.run.throughput_interval_s
+        )
+        if runtime.is_node_main:
+            throughput.start()
+        return throughput
+
+    def log_step(self, mean_loss: float, step_seconds: float) -> None:
+        """Record the agreed loss (and the run's first); a ``step`` line every ``--log-every`` steps."""
+        progress, runtime = self.state.progress, self.runtime
+        self.steps_run += 1
+        progress.loss = mean_loss
+        if math.isnan(progress.initial_loss):
+            progress.initial_loss = mean_loss
+        if progress.step % self.config.run.log_every:
+            return
+        tokens_per_s = self.tokens_per_step / step_seconds
+        peak = self.peak_tflops
+        line = {
+            "event": "step",
+            "step": progress.step,
+            "samples": progress.samples,
+            "loss": round(mean_loss, 6),
+            "tokens_per_s": round(tokens_per_s, 1),
+            "step_time_s": round(step_seconds, 4),
+            "mfu": self.flops_per_token * tokens_per_s / (peak * 1e12 * runtime.world_size) if peak else None,
+        }
+        emit(runtime, line, every_node=True)
+
+    def finish(self, resumed_from: int | None, loop_started: float) -> int:
+        """Close the data and the checkpoints (a background save committed), then the ``stopped`` line, or
+        the summary (and the verdict)."""
+        progress, runtime = self.state.progress, self.runtime
+        self.data.close()
+        self.checkpoints.close()
+        train_seconds = time.perf_counter() - loop_started  # checkpoint stalls included
+        if progress.step < self.config.run.steps:
+            stopped = {"event": "stopped", "reason": self.stop.reason, "step": progress.step}
+            emit(runtime, {**stopped, "exit_code": STOPPED_EXIT_CODE}, every_node=True)
+            return STOPPED_EXIT_CODE
+        summary = {
+            "event": "summary",
+            "step": progress.step,
+            "samples": progress.samples,
+            "loss": round(progress.loss, 6),
+            "initial_loss": round(progress.initial_loss, 6),
+            "param_sha256": param_sha256(self.state.model),
+            "resumed_from": resumed_from,
+            "restart": runtime.restart_count,
+            "tokens_per_s": round(self.tokens_per_step * self.steps_run / train_seconds, 1) if train_seconds else None,
+        }
+        emit(runtime, summary)
+        return report_verdict(runtime, summary, self.checkpoints) if self.config.run.verdict else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """torchrun's entry point: the flags, the process group, SIGTERM as the stop request, the run."""
+    config = parse_config(argv)
+    runtime = init_distributed(config.run.pg_timeout_seconds)
+    stop = StopSignal(shutdown_budget_seconds()).on_stop_signals()
+    code = train(config, runtime, stop)
+    dist.destroy_process_group()
+    return code
+
+
+def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
+    """The run on an initialised default process group (torchrun's or Ray Train's): build, resume from
+    the newest committed checkpoint, train to ``--steps``, summarise.
+
+    Returns the exit code: 0, :data:`VERDICT_FAILED_EXIT_CODE` (a failed ``--verdict``) or
+    :data:`STOPPED_EXIT_CODE` (stopped early).
     """
-    writes = runtime.is_node_main if every_node else runtime.is_main
-    if writes:  # one write per line: the throughput thread logs too
-        runtime.write_line(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
+    return Trainer(config, runtime, stop).train()
 
 
 def param_sha256(model: torch.nn.Module) -> str:
@@ -569,212 +925,15 @@ def param_sha256(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """torchrun's entry point: the flags, the process group, SIGTERM as the stop request, the run."""
-    config = parse_config(argv)
-    runtime = init_distributed(config.pg_timeout_seconds)
-    stop = StopSignal(shutdown_budget_seconds()).on_stop_signals()
-    code = train(config, runtime, stop)
-    dist.destroy_process_group()
-    return code
-
-
-def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
-    """The run on an initialised default process group (torchrun's or Ray Train's): build, resume from
-    the newest committed checkpoint, train to ``config.steps``, summarise.
-
-    Returns the exit code: 0, 1 (a failed ``--verdict``) or :data:`STOPPED_EXIT_CODE` (stopped early).
-    """
-    torch.manual_seed(config.seed)
-    args = PRESETS[config.preset]
-    model = build_model(config, runtime)
-    optimizer = make_optimizer(model, config, runtime)
-    # DCP's state-dict API initialises empty optimizer state with a zero-lr step (Adam's step count
-    # becomes 1); do it in every run, with or without checkpoints, so that both train identically.
-    get_optimizer_state_dict(model, optimizer)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
-    batching = Batching.of(config, runtime.world_size)
-    data = Prefetcher(
-        make_data(config, batching, args.vocab_size),
-        runtime.device,
-        batch_size=batching.micro_batch,
-        stride=batching.micro_batch * runtime.world_size,
-    )
-    progress = Progress()
-
-    def run_state() -> dict[str, Any]:
-        model_state, optim_state = get_state_dict(model, optimizer)
-        return {
-            "model": model_state,
-            "optimizer": optim_state,
-            "scheduler": scheduler.state_dict(),
-            "progress": asdict(progress),
-        }
-
-    def apply_state(state: dict[str, Any]) -> None:
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        vars(progress).update(state["progress"])
-
-    faults = FaultInjector(
-        runtime.rank,
-        runtime.restart_count,
-        fail_at_step=config.fail_at_step,
-        fail_in_checkpoint_at_step=config.fail_in_checkpoint_at_step,
-        fail_rank=config.fail_rank,
-        fail_in_checkpoint_load=config.fail_in_checkpoint_load,
-        fail_in_checkpoint_save_at_step=config.fail_in_checkpoint_save_at_step,
-        fail_memory_tier_at_load=config.fail_memory_tier_at_load,
-        fail_memory_tier_at_step=config.fail_memory_tier_at_step,
-    )
-    checkpoints = None
-    resumed_from = None
-    if config.checkpoint_dir:
-        checkpoints = CheckpointManager(
-            Path(config.checkpoint_dir),
-            state=run_state,
-            apply=apply_state,
-            schedule=SaveSchedule(
-                config.checkpoint_every, config.checkpoint_interval_seconds, job_mtbf_hours(config, runtime)
-            ),
-            keep=config.keep_checkpoints,
-            async_save=config.async_checkpoint,
-            log=lambda r: emit(runtime, r),
-            device=runtime.device,
-            tiered=config,
-            on_commit=runtime.on_checkpoint,
-            faults=faults,
-        )
-        resumed_from = checkpoints.restore()
-
-    tokens_per_step = batching.global_batch * config.seq_len
-    flops = flops_per_token(args, config.seq_len)
-    peak = peak_tflops(torch.cuda.get_device_name(runtime.device)) if runtime.device.type == "cuda" else None
-    emit(
-        runtime,
-        {
-            "event": "start",
-            "preset": config.preset,
-            "world_size": runtime.world_size,
-            "device": runtime.device.type,
-            "restart": runtime.restart_count,
-            "resumed_from": resumed_from,
-            "global_batch": batching.global_batch,
-            "accumulation": batching.accumulation,
-            "samples": progress.samples,
-            "shutdown_budget_seconds": stop.known_budget_seconds,
-        },
-        every_node=True,
-    )
-
-    throughput = ThroughputMonitor(lambda r: emit(runtime, r, every_node=True), interval_s=config.throughput_interval_s)
-    if runtime.is_node_main:
-        throughput.start()
-    loss_value = progress.loss  # a run resumed at its last step judges with the loss it ended on
-    loop_started, steps_run, last_step_seconds = time.perf_counter(), 0, 0.0
-    while progress.step < config.steps:
-        step = progress.step
-        faults.before_step(step)
-        started = time.perf_counter()
-        loss = torch.zeros((), device=runtime.device)
-        for micro_step in range(batching.accumulation):  # the mean over the global batch's samples
-            batch = data.batch(batching.first_sample(progress.samples, micro_step, runtime.rank))
-            logits = model(batch.inputs)
-            micro_loss = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten()) / batching.accumulation
-            micro_loss.backward()
-            loss += micro_loss.detach()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
-        progress.step = step + 1
-        progress.samples += batching.global_batch
-        # One small collective per step: mean loss, and agreement on stopping, saving and committing. Reading
-        # its result is the step's only host sync: the step ends when the device is done with it.
-        agreed = StepAgreement(
-            loss=loss,
-            stop=stop.requested,
-            save_due=checkpoints.due(progress.step, last_step_seconds) if checkpoints else False,
-            write_done=checkpoints.write_done if checkpoints else True,
-        ).reduce(runtime)
-        step_seconds = last_step_seconds = time.perf_counter() - started
-        steps_run += 1
-        throughput.add(tokens_per_step, progress.step)
-        loss_value = progress.loss = agreed.mean_loss
-        if checkpoints:
-            checkpoints.commit_if_durable(agreed.ranks_done_writing)
-        if math.isnan(progress.initial_loss):
-            progress.initial_loss = loss_value
-        if progress.step % config.log_every == 0:
-            tokens_per_s = tokens_per_step / step_seconds
-            mfu = flops * tokens_per_s / (peak * 1e12 * runtime.world_size) if peak else None
-            emit(
-                runtime,
-                {
-                    "event": "step",
-                    "step": progress.step,
-                    "samples": progress.samples,
-                    "loss": round(loss_value, 6),
-                    "tokens_per_s": round(tokens_per_s, 1),
-                    "step_time_s": round(step_seconds, 4),
-                    "mfu": mfu,
-                },
-                every_node=True,
-            )
-        last_step = progress.step == config.steps
-        save = agreed.save or last_step
-        if checkpoints and agreed.stop and not last_step:
-            save = final_save_fits(checkpoints, stop, runtime)
-            if not save:
-                emit(runtime, {"event": "final_checkpoint_skipped", "step": progress.step, "reason": "budget"})
-        if checkpoints and save:
-            checkpoints.save(progress.step, crash_before_commit=faults.crashes_in_checkpoint(progress.step))
-        if agreed.stop and not last_step:
-            break
-    throughput.stop()
-    data.close()
-    if checkpoints:
-        checkpoints.close()
-    if progress.step < config.steps:
-        stopped = {"event": "stopped", "reason": stop.reason, "step": progress.step, "exit_code": STOPPED_EXIT_CODE}
-        emit(runtime, stopped, every_node=True)
-        return STOPPED_EXIT_CODE
-
-    train_seconds = time.perf_counter() - loop_started  # checkpoint stalls included
-    summary = {
-        "event": "summary",
-        "step": progress.step,
-        "samples": progress.samples,
-        "loss": round(loss_value, 6),
-        "initial_loss": round(progress.initial_loss, 6),
-        "param_sha256": param_sha256(model),
-        "resumed_from": resumed_from,
-        "restart": runtime.restart_count,
-        "tokens_per_s": round(tokens_per_step * steps_run / train_seconds, 1) if train_seconds else None,
-    }
-    emit(runtime, summary)
-    code = 0
-    if config.verdict:
-        code = report_verdict(runtime, summary, checkpoints)
-    return code
-
-
-def job_mtbf_hours(config: TrainConfig, runtime: Runtime) -> float | None:
-    """The whole job's MTBF: ``--job-mtbf-hours``, or ``--mtbf-hours`` (one instance's, as `llm-infra plan`
-    means it) over the job's nodes."""
-    if config.job_mtbf_hours is not None:
-        return config.job_mtbf_hours
-    return None if config.mtbf_hours is None else config.mtbf_hours / runtime.nodes
-
-
 def peak_tflops(device_name: str) -> float | None:
     """Dense bf16 peak TFLOP/s of a GPU by its name (PEAK_TFLOPS), None when unknown."""
     return next((tflops for fragment, tflops in PEAK_TFLOPS if fragment in device_name), None)
 
 
-def report_verdict(runtime: Runtime, summary: dict[str, Any], checkpoints: CheckpointManager | None) -> int:
+def report_verdict(runtime: Runtime, summary: dict[str, Any], checkpoints: CheckpointManager | NoCheckpoints) -> int:
     """The validation job's verdict: the loss fell and the run ends on a complete checkpoint."""
-    newest = checkpoints.committed()[0].name if checkpoints and checkpoints.committed() else None
+    committed = checkpoints.committed()
+    newest = committed[0].name if committed else None
     checks = {
         "loss_fell": summary["loss"] < summary["initial_loss"],
         "checkpoint_complete": newest == f"step-{summary['step']:08d}",

@@ -17,9 +17,14 @@ import socket
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from health_check import parse_xid_events
+# The payload's own modules: plain names when run as a script from /workloads, the package's when
+# imported as llm_infra.workloads (see train.py).
+if TYPE_CHECKING or not __package__:
+    from health_check import parse_xid_events
+else:
+    from .health_check import parse_xid_events
 
 
 def xid_records(lines: Iterable[str], node: str) -> Iterator[dict[str, Any]]:

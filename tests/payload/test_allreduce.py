@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from .conftest import WORKLOADS, json_lines, run_torchrun
+from llm_infra.workloads import allreduce_bench
 
-sys.path.insert(0, str(WORKLOADS))
-import allreduce_bench  # noqa: E402
+from .conftest import json_lines, run_torchrun
 
 pytestmark = pytest.mark.torch
 

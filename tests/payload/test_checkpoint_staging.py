@@ -9,20 +9,16 @@ drive torch's stager directly, unpinned, and check the version gate against the 
 
 from __future__ import annotations
 
-import sys
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint import FileSystemWriter, staging
 
-from .conftest import WORKLOADS
+from llm_infra.workloads.checkpointing import STAGER_SINGLE_USE, CheckpointManager, stager_is_single_use
 
 pytestmark = pytest.mark.torch
-sys.path.insert(0, str(WORKLOADS))
-
-from checkpointing import STAGER_SINGLE_USE, CheckpointManager, stager_is_single_use  # noqa: E402
-from torch.distributed.checkpoint import FileSystemWriter, staging  # noqa: E402
 
 UNPINNED = staging.StagingOptions(
     use_pinned_memory=False, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=False
@@ -35,6 +31,19 @@ def training_state() -> dict:
     model(torch.ones(1, 4)).sum().backward()
     optimizer.step()
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "progress": {"step": 3}}
+
+
+class Fixed:
+    """A run's state that never changes (DCP's Stateful, as the checkpoint manager takes it)."""
+
+    def __init__(self, state: dict) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict:
+        return self.state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = state
 
 
 def stages_twice(stager: staging.DefaultStager, state: dict) -> bool:
@@ -82,8 +91,7 @@ def test_a_save_that_waits_for_the_previous_write_says_so(tmp_path, monkeypatch)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         records: list[dict] = []
-        state = training_state()
-        manager = CheckpointManager(tmp_path, state=lambda: state, async_save=True, log=records.append)
+        manager = CheckpointManager(tmp_path, state=Fixed(training_state()), async_save=True, log=records.append)
         manager.save(1)
         manager.save(2)  # the first is still being written
         manager.close()

@@ -4,15 +4,13 @@ world size reads the samples an uninterrupted run would, never one it already re
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import WORKLOADS, json_lines, summary, train
+from llm_infra.workloads import train as train_module
 
-sys.path.insert(0, str(WORKLOADS))
-import train as train_module  # noqa: E402
+from .conftest import json_lines, summary, train
 
 pytestmark = pytest.mark.torch
 
@@ -68,17 +66,18 @@ def test_without_a_global_batch_the_batch_size_is_per_rank(tmp_path: Path) -> No
 
 
 def test_a_world_size_that_cannot_split_the_global_batch_is_refused() -> None:
-    config = train_module.TrainConfig(batch_size=2, global_batch_size=6)
+    config = train_module.TrainConfig.from_flat({"batch_size": 2, "global_batch_size": 6})
     assert train_module.Batching.of(config, 3).accumulation == 1
     with pytest.raises(SystemExit, match="--global-batch-size 6 cannot be split over 2 ranks of --batch-size 2"):
         train_module.Batching.of(config, 2)
     with pytest.raises(SystemExit, match="--global-batch-size: 7 is not a multiple of --batch-size 2"):
-        train_module.TrainConfig(batch_size=2, global_batch_size=7).validate()
+        train_module.TrainConfig.from_flat({"batch_size": 2, "global_batch_size": 7}).validate()
 
 
 def test_micro_batches_tile_the_global_batch_at_any_world_size() -> None:
     for world_size in (1, 2, 4):
-        batching = train_module.Batching.of(train_module.TrainConfig(batch_size=2, global_batch_size=8), world_size)
+        config = train_module.TrainConfig.from_flat({"batch_size": 2, "global_batch_size": 8})
+        batching = train_module.Batching.of(config, world_size)
         firsts = sorted(
             batching.first_sample(16, micro, rank)
             for micro in range(batching.accumulation)

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import WORKLOADS
-
-sys.path.insert(0, str(WORKLOADS))
-import health_check  # noqa: E402
+from llm_infra.workloads import health_check
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -40,13 +40,12 @@ from typing import Any, TypeVar
 import pytest
 import torch
 
+from llm_infra.workloads import accelerator
+from llm_infra.workloads import train as train_module
+
 from .conftest import REPO_ROOT, SMALL, WORKLOADS, env, free_port, json_lines, torchrun_command
 
 pytestmark = pytest.mark.torch
-sys.path.insert(0, str(WORKLOADS))
-
-import accelerator  # noqa: E402
-import train as train_module  # noqa: E402
 
 # What hyperpodrun 1.1.3 tells every worker beyond torchrun's variables (``_start_workers``).
 AGENT_STORE = "TORCHELASTIC_USE_AGENT_STORE"
@@ -176,7 +175,7 @@ def test_sigusr1_counts_as_a_stop_under_hyperpodrun_with_the_same_budget(monkeyp
     # a worker: no variable, file or message carries it. The worker plans with --shutdown-timeout's.
     monkeypatch.setenv(AGENT_SOCKET, "/tmp/hyperpod_elastic_agent_1.sock")
     monkeypatch.setenv("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "300")
-    import stopping
+    from llm_infra.workloads import stopping
 
     assert signal.SIGUSR1 in stopping.STOP_SIGNALS and signal.SIGTERM in stopping.STOP_SIGNALS
     assert accelerator.shutdown_budget_seconds() == 300.0

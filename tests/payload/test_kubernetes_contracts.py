@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,13 +21,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from llm_infra.workloads import accelerator, stopping
+
 from .conftest import SMALL, TORCHRUN, WORKLOADS, env, free_port, json_lines, summary, train
 
 pytestmark = pytest.mark.torch
-sys.path.insert(0, str(WORKLOADS))
-
-import accelerator  # noqa: E402
-import stopping  # noqa: E402
 
 
 # ---- NCCL: collectives take tensors on the training device --------------------------------------
@@ -88,20 +85,13 @@ def test_shutdown_budget_follows_torchrun(monkeypatch) -> None:
 
 
 def test_a_final_save_happens_only_when_it_fits_the_budget(monkeypatch) -> None:
-    import train as train_module
-
     monkeypatch.setattr(dist, "all_reduce", lambda tensor, op=None: None)  # one rank: the values stand
-    runtime = train_module.Runtime(rank=0, world_size=1, device=torch.device("cpu"), restart_count=0)
-
-    class Checkpoints:
-        def __init__(self, seconds: float | None) -> None:
-            self.last_durable_seconds = seconds
-
+    cpu = torch.device("cpu")
     stop = stopping.StopSignal(budget_seconds=30.0)
     stop.requested_at = time.monotonic()
-    assert stopping.final_save_fits(Checkpoints(10.0), stop, runtime)  # type: ignore[arg-type]
-    assert not stopping.final_save_fits(Checkpoints(29.0), stop, runtime)  # type: ignore[arg-type]
-    assert stopping.final_save_fits(Checkpoints(None), stop, runtime)  # type: ignore[arg-type]
+    assert stopping.final_save_fits(10.0, stop, cpu)  # the last save until committed: 10 s of 30 s left
+    assert not stopping.final_save_fits(29.0, stop, cpu)
+    assert stopping.final_save_fits(None, stop, cpu)  # nothing measured yet: try
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from .conftest import WORKLOADS
-
-sys.path.insert(0, str(WORKLOADS))
-import checkpoint_interval  # noqa: E402
-import data  # noqa: E402
-import model  # noqa: E402
+from llm_infra.workloads import checkpoint_interval, data, model
 
 # Published parameter counts of Llama 3.2 1B, Llama 3.1 8B (= Llama 3 8B), Llama 2 7B and Llama 3.1 70B.
 KNOWN_COUNTS = {
@@ -57,7 +51,8 @@ def test_meta_built_sharded_model_equals_an_eager_one(monkeypatch, tied: bool) -
     # train.build_model: meta device, FSDP2, to_empty, then init: the same parameters as building the
     # whole model eagerly (and, the init being per whole parameter, for any world size).
     import torch.distributed as dist
-    import train
+
+    from llm_infra.workloads import train
 
     for name in ("MASTER_ADDR", "RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
@@ -65,7 +60,7 @@ def test_meta_built_sharded_model_equals_an_eager_one(monkeypatch, tied: bool) -
     monkeypatch.setitem(train.PRESETS, "tiny", args)
     runtime = train.init_distributed(60)
     try:
-        config = train.TrainConfig(preset="tiny", seed=3)
+        config = train.TrainConfig.from_flat({"preset": "tiny", "seed": 3})
         sharded = train.build_model(config, runtime)
         eager = model.Transformer(args)
         eager.init_weights(3)

@@ -29,8 +29,7 @@ pytestmark = [
 pytest.importorskip("ray.train")
 from ray.train import Checkpoint, Result  # noqa: E402  (Train V2's, Ray 2.60's default)
 
-sys.path.insert(0, str(WORKLOADS))
-import ray_train  # noqa: E402
+from llm_infra.workloads import ray_train  # noqa: E402
 
 # The same flags for torchrun and Ray Train: 8 tiny steps, a checkpoint every 2.
 FLAGS = ["--preset=tiny", "--batch-size=2", "--seq-len=32", "--steps=8", "--checkpoint-every=2", "--log-every=1000"]

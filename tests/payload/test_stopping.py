@@ -10,17 +10,13 @@ from __future__ import annotations
 import math
 import os
 import signal
-import sys
 import time
 
 import pytest
 
-from .conftest import WORKLOADS
+from llm_infra.workloads import stopping
 
 pytestmark = pytest.mark.torch
-sys.path.insert(0, str(WORKLOADS))
-
-import stopping  # noqa: E402
 
 
 @pytest.fixture

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from .conftest import SMALL, WORKLOADS, json_lines, run_torchrun
+from llm_infra.workloads.throughput import ThroughputMonitor
 
-sys.path.insert(0, str(WORKLOADS))
-from throughput import ThroughputMonitor  # noqa: E402
+from .conftest import SMALL, json_lines, run_torchrun
 
 
 class FakeClock:

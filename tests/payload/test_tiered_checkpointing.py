@@ -19,7 +19,6 @@ import base64
 import http.client
 import json
 import re
-import sys
 import threading
 import time
 import tomllib
@@ -35,10 +34,9 @@ import pytest
 import xxhash
 from moto.server import ThreadedMotoServer
 
-from .conftest import REPO_ROOT, WORKLOADS, free_port, json_lines, summary, train
+from llm_infra.workloads import train as train_module
 
-sys.path.insert(0, str(WORKLOADS))
-import train as train_module  # noqa: E402
+from .conftest import REPO_ROOT, WORKLOADS, free_port, json_lines, summary, train
 
 MEMORY_TIER_HOST = ("ai-toolkit-gossip-headless.aws-hyperpod.svc.cluster.local", 9200)
 BUCKET = "tiered-checkpoints"
@@ -257,7 +255,8 @@ def test_tiered_flags_come_from_flags_and_the_config_file(tmp_path: Path) -> Non
     config = train_module.parse_config(
         ["--config", str(config_file), "--tiered-s3-uri", "s3://my-bucket/ckpt", "--tiered-s3-every", "5"]
     )
-    assert (config.tiered_checkpointing, config.tiered_s3_uri, config.tiered_s3_every) == (
+    tiered = config.checkpoint
+    assert (tiered.tiered_checkpointing, tiered.tiered_s3_uri, tiered.tiered_s3_every) == (
         True,
         "s3://my-bucket/ckpt",
         5,
