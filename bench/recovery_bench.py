@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import sys
 import tempfile
@@ -49,6 +48,8 @@ from datetime import datetime
 from pathlib import Path
 
 from _launch import run_bounded  # bench/ is the script's folder: on sys.path
+
+from llm_infra.rehearsal import control_plane  # reserved, held ports (the rendezvous binds with SO_REUSEADDR)
 
 BENCH = Path(__file__).resolve().parent
 WORKLOADS = BENCH.parent / "workloads"
@@ -72,12 +73,6 @@ PHASES = [
     ("ckpt load", "checkpoint_loaded"),
     ("first step", "first_step"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def agent_time(match: re.Match[str], now: datetime) -> float:
@@ -125,7 +120,7 @@ class Variant:
 
     def command(self, probe: bool) -> list[str]:
         """The launcher and its flags, up to the training script."""
-        port = free_port()
+        port = control_plane.free_port()
         if self.rdzv == "c10d":
             rendezvous = ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"]
         else:

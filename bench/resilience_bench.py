@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -30,15 +29,11 @@ from pathlib import Path
 
 from _launch import run_bounded  # bench/ is the script's folder: on sys.path
 
+from llm_infra.rehearsal import control_plane  # reserved, held ports (the rendezvous binds with SO_REUSEADDR)
+
 BENCH = Path(__file__).resolve().parent
 WORKLOADS = BENCH.parent / "workloads"
 GOAL = 0.03
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def measure(args: argparse.Namespace, flags: list[str], agreement: bool) -> tuple[float, float, float]:
@@ -51,7 +46,7 @@ def measure(args: argparse.Namespace, flags: list[str], agreement: bool) -> tupl
         "torch.distributed.run",
         f"--nproc-per-node={args.nproc}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-endpoint=127.0.0.1:{control_plane.free_port()}",
         "--max-restarts=0",
         str(BENCH / "_train_probe.py"),
         f"--preset={args.preset}",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from conftest import REPO_ROOT
 from llm_infra import cli
 from llm_infra.cli.commands import plan as plan_commands
 from llm_infra.cli.errors import explain
+from llm_infra.rehearsal import ports
 
 JOB = ["--instances", "16", "--failure-rate", "0.05", "--gpu-hours", "1e5", "--price", "40"]
 NODES = ["nodes", "list", "--cluster", "c"]
@@ -65,9 +65,7 @@ def test_no_network(bare_aws: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
     monkeypatch.setattr("botocore.retries.standard.ExponentialBackoff.delay_amount", lambda self, context: 0)
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ports.reserve().port  # reserved and held, never listening: nothing answers there
     code, _, err = run(capsys, *NODES, "--region", "us-east-1", "--endpoint-url", f"http://127.0.0.1:{port}")
     assert (
         code == 1

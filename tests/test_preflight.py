@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from llm_infra.input_files import BadInput
 from llm_infra.preflight import checks as preflight
 from llm_infra.preflight import create_only
 from llm_infra.preflight.checks import FAIL, PASS, SKIP, WARN, QuotaBook
+from llm_infra.rehearsal import ports
 from llm_infra.stacks.training_app import add_training_stacks
 from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 
@@ -1327,9 +1327,7 @@ def test_rejected_credentials(aws: FakeAws, capsys: pytest.CaptureFixture[str]) 
 def test_no_network(bare_env: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
-    with socket.socket() as sock:  # a port nothing listens on
-        sock.bind(("127.0.0.1", 0))
-        endpoint = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    endpoint = f"http://127.0.0.1:{ports.reserve().port}"  # reserved and held, never listening
     code, _, err = run_cli(capsys, *APP, "--endpoint-url", endpoint)
     assert code == 1
     assert_one_line(err, f"{endpoint} did not answer STS GetCallerIdentity", "check the network")
