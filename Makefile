@@ -38,14 +38,18 @@ dashboard: synth
 # `make k8s`; test builds it first (a fresh machine: about 10 minutes of Go, once). A piece that cannot be built
 # here (no Go, a module the proxy refuses) is reported, and only the tests that need it skip, with the reason.
 test: $(STAMP) lint crds checkov k8s-for-tests
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) -q --durations=25
 
 # The tiers are pytest markers set from the fixtures each test uses (tests/tiers.py); tests/test_tiers.py holds
 # this expression to exactly the tests of no tier.
 FAST_TIER := not control_plane and not torch_launch and not extra_synth
 
 test-fast: $(STAMP) lint crds
-	$(BIN)/python -m pytest -q --durations=25 -m "$(FAST_TIER)"
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) -q --durations=25 -m "$(FAST_TIER)"
+
+# Two workers (pytest-xdist), one per core here: the control-plane tests all on one of them (one control plane
+# per run), every other file whole on either (its module fixtures made once). PYTEST_WORKERS= runs in one process.
+PYTEST_WORKERS ?= -n 2 --dist loadfile
 
 k8s-for-tests:
 	-k8s/build.sh

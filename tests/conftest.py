@@ -66,6 +66,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tiers.mark(items)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.name_groups_file(config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n 2 --dist loadfile``: files whole, the control-plane tier on one worker (tests/tiers.py)."""
+    return tiers.make_scheduler(config, log)
+
+
 @pytest.fixture(autouse=True)
 def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """In a fast-tier test, torchrun, Ray, a control-plane binary or a control plane's start fails loudly."""

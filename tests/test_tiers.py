@@ -56,6 +56,14 @@ def test_the_tiers_follow_the_fixtures_not_marks() -> None:
     assert tiers.tiers_of(["tmp_path"], [], tiers.PAYLOAD_TESTS / "test_x.py", ["json_lines"]) == set()
 
 
+def test_under_xdist_the_control_plane_tier_is_one_group_and_every_other_file_its_own() -> None:
+    """One worker runs every control-plane test (one control plane per run); a file's other tests stay together."""
+    assert tiers.xdist_group("tests/test_drill_cli.py::test_x", {"control_plane", "torch_launch"}) == "control_plane"
+    assert tiers.xdist_group("tests/test_control_plane.py::test_y", {"control_plane"}) == "control_plane"
+    assert tiers.xdist_group("tests/test_plan.py::test_z[a]", {"torch_launch"}) == "tests/test_plan.py"
+    assert tiers.xdist_group("tests/test_planner.py::test_w", set()) == "tests/test_planner.py"
+
+
 @pytest.mark.parametrize(
     ("args", "what"),
     [

@@ -22,8 +22,10 @@ fixture); the guard still catches one there that launches otherwise.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,10 +64,60 @@ def item_tiers(item: pytest.Item) -> set[str]:
 
 
 def mark(items: Sequence[pytest.Item]) -> None:
-    """Add each test's tier markers (pytest_collection_modifyitems)."""
+    """Add each test's tier markers (pytest_collection_modifyitems); under pytest-xdist, also say each test's
+    worker group (:func:`write_groups`)."""
     for item in items:
         for tier in sorted(item_tiers(item)):
             item.add_marker(tier)
+    write_groups({item.nodeid: xdist_group(item.nodeid, item_tiers(item)) for item in items})
+
+
+# ---- two workers (pytest-xdist) ------------------------------------------------------------------------
+# ``make test`` runs ``-n 2 --dist loadfile``: each file whole on one worker (its module fixtures, a payload run
+# or a synthesized app, made once), but the control-plane tier is one unit, so that one worker runs all its tests
+# on one control plane. pytest-xdist's own ``xdist_group`` cannot say that with pytest 9.2 (its worker renames
+# ``item._nodeid``, which pytest 9.2's nodes no longer read), so the workers write each test's group to a file
+# the run's controller named (:data:`GROUPS_VARIABLE`), and :func:`make_scheduler` reads it.
+GROUPS_VARIABLE = "LLM_INFRA_TEST_GROUPS"
+
+
+def xdist_group(nodeid: str, tiers: set[str]) -> str:
+    """The worker group of a test: the control-plane tier's, else its file's."""
+    return "control_plane" if "control_plane" in tiers else nodeid.split("::", 1)[0]
+
+
+def name_groups_file(config: pytest.Config) -> None:
+    """In the controller of a pytest-xdist run (pytest_configure): where the workers write the groups."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        os.environ[GROUPS_VARIABLE] = str(Path(tempfile.mkdtemp(prefix="llm-infra-test-groups-")) / "groups.json")
+
+
+def write_groups(groups: dict[str, str]) -> None:
+    """In a worker (every worker collects the same tests): each test's group, for the controller."""
+    target = os.environ.get(GROUPS_VARIABLE)
+    if target:
+        written = Path(f"{target}.{os.getpid()}")
+        written.write_text(json.dumps(groups))
+        os.replace(written, target)
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """The controller's scheduler for ``--dist loadfile``: loadfile's, with the workers' groups as the units."""
+    if config.getoption("dist") != "loadfile" or not os.environ.get(GROUPS_VARIABLE):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    path = Path(os.environ[GROUPS_VARIABLE])
+
+    class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # read once: every worker has collected (and written) by now
+                self.groups = json.loads(path.read_text()) if path.exists() else {}
+            return self.groups.get(nodeid) or nodeid.split("::", 1)[0]
+
+    return TierScheduling(config, log)
 
 
 def heavy_launch(args: Any) -> str | None:
