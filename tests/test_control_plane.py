@@ -139,7 +139,7 @@ def dry_run(plane: control_plane.ControlPlane, tmp_path: Path, namespace: str) -
 def test_every_process_is_stopped_by_pid_on_exit(k8s_binaries: Path) -> None:
     """A control plane of its own: what is checked is its life, start to stop."""
     with control_plane.ControlPlane(k8s_binaries, components=()) as cp:
-        pids = [p.popen.pid for p in cp._processes]
+        pids = list(cp.pids.values())
         workdir = cp.workdir
         assert len(pids) == 2
     for pid in pids:

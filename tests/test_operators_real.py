@@ -261,10 +261,10 @@ def test_operator_crds_are_the_pinned_ones(operator: str) -> None:
 
 
 def test_every_process_listens_on_loopback_only(cluster: Cluster) -> None:
-    for proc in cluster.cp._processes:
-        addresses = _listening(proc.popen.pid)
-        assert addresses, f"{proc.name} listens nowhere?"
-        assert addresses == {"127.0.0.1"}, f"{proc.name} listens on {addresses}"
+    for name, pid in cluster.cp.pids.items():
+        addresses = _listening(pid)
+        assert addresses, f"{name} listens nowhere?"
+        assert addresses == {"127.0.0.1"}, f"{name} listens on {addresses}"
 
 
 def _listening(pid: int) -> set[str]:
