@@ -418,7 +418,7 @@ def hyperpod_operator(real: Any) -> Iterator[Any]:
 
 # ---- what a failure on a control plane leaves (issue 29) ------------------------------------------
 LOG_SIZES = pytest.StashKey[dict[Path, int]]()
-KEPT: list[tuple[str, Path]] = []
+LOGS_SECTION = "control plane logs"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -429,21 +429,28 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """For a failed test on a control plane: keep the components' logs and its namespaces' pods, their logs and
-    events (tests/shared_plane.py), and say where."""
+    events (tests/shared_plane.py), and say where in the failure's report."""
     report = yield
     if report.failed and item.get_closest_marker("control_plane"):
         folder = shared_plane.keep_logs(item.nodeid, item.stash.get(LOG_SIZES, {}))
         if folder is not None:
-            report.sections.append(("control plane logs", f"kept in {folder}"))
-            KEPT.append((item.nodeid, folder))
+            report.sections.append((LOGS_SECTION, f"kept in {folder}"))
     return report
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if KEPT:
-        terminalreporter.section("control plane logs kept")
-        for nodeid, folder in KEPT:
-            terminalreporter.write_line(f"{nodeid}: {folder}")
+    """Where each failure's control plane logs are (also under pytest-xdist: the reports carry it)."""
+    kept = [
+        f"{report.nodeid}: {content.removeprefix('kept in ')}"
+        for key in ("failed", "error")
+        for report in terminalreporter.stats.get(key, [])
+        for title, content in getattr(report, "sections", [])
+        if title == LOGS_SECTION
+    ]
+    if kept:
+        terminalreporter.section(LOGS_SECTION + " kept")
+        for line in kept:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture

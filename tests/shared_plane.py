@@ -149,10 +149,10 @@ def keep_logs(nodeid: str, since: dict[Path, int]) -> Path | None:
     for index, plane in enumerate(LIVE):
         into = folder / (f"control-plane-{index}" if len(LIVE) > 1 else "control-plane")
         into.mkdir(exist_ok=True)
-        for log in component_logs(plane):
+        for log in component_logs(plane):  # kwok.log and kwok-logs/kwok.log (the tests' KWOK): kwok-logs-kwok.log
             with log.open("rb") as source:
                 source.seek(since.get(log, 0))
-                (into / log.name).write_bytes(source.read())
+                (into / "-".join(log.relative_to(plane.workdir).parts)).write_bytes(source.read())
     for index, plane in enumerate(LIVE):  # the nodes' events: the drills' and the node lifecycle controller's
         with contextlib.suppress(Exception), Kube.connect(kubeconfig=str(plane.kubeconfig), context=None) as kube:
             nodes = event_table(kube.list("v1", "Event", field_selector="involvedObject.kind=Node"))

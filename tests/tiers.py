@@ -69,15 +69,15 @@ def mark(items: Sequence[pytest.Item]) -> None:
     for item in items:
         for tier in sorted(item_tiers(item)):
             item.add_marker(tier)
-    write_groups({item.nodeid: xdist_group(item.nodeid, item_tiers(item)) for item in items})
+    write_groups({item.nodeid: sorted(item_tiers(item)) for item in items})
 
 
 # ---- two workers (pytest-xdist) ------------------------------------------------------------------------
 # ``make test`` runs ``-n 2 --dist loadfile``: each file whole on one worker (its module fixtures, a payload run
 # or a synthesized app, made once), but the control-plane tier is one unit, so that one worker runs all its tests
 # on one control plane. pytest-xdist's own ``xdist_group`` cannot say that with pytest 9.2 (its worker renames
-# ``item._nodeid``, which pytest 9.2's nodes no longer read), so the workers write each test's group to a file
-# the run's controller named (:data:`GROUPS_VARIABLE`), and :func:`make_scheduler` reads it.
+# ``item._nodeid``, which pytest 9.2's nodes no longer read), so the workers write each test's tiers to a file
+# the run's controller named (:data:`GROUPS_VARIABLE`), and :func:`make_scheduler` groups and orders by them.
 GROUPS_VARIABLE = "LLM_INFRA_TEST_GROUPS"
 
 
@@ -92,17 +92,23 @@ def name_groups_file(config: pytest.Config) -> None:
         os.environ[GROUPS_VARIABLE] = str(Path(tempfile.mkdtemp(prefix="llm-infra-test-groups-")) / "groups.json")
 
 
-def write_groups(groups: dict[str, str]) -> None:
-    """In a worker (every worker collects the same tests): each test's group, for the controller."""
+def write_groups(tiers: dict[str, list[str]]) -> None:
+    """In a worker (every worker collects the same tests): each test's tiers, for the controller."""
     target = os.environ.get(GROUPS_VARIABLE)
     if target:
         written = Path(f"{target}.{os.getpid()}")
-        written.write_text(json.dumps(groups))
+        written.write_text(json.dumps(tiers))
         os.replace(written, target)
 
 
+# Which units go first (the longest first, so that no worker is left with a long one at the end): the
+# control-plane unit (minutes of rehearsals and command runs), then files that run torchrun or synthesize.
+WEIGHTS = {"control_plane": 3, "torch_launch": 2, "extra_synth": 1}
+
+
 def make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """The controller's scheduler for ``--dist loadfile``: loadfile's, with the workers' groups as the units."""
+    """The controller's scheduler for ``--dist loadfile``: loadfile's, with the workers' groups as the units,
+    the heaviest first."""
     if config.getoption("dist") != "loadfile" or not os.environ.get(GROUPS_VARIABLE):
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -110,12 +116,28 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
     path = Path(os.environ[GROUPS_VARIABLE])
 
     class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        groups: dict[str, str] | None = None
+        tiers: dict[str, list[str]] | None = None
+        ordered = False
+
+        def _tiers(self, nodeid: str) -> set[str]:
+            if self.tiers is None:  # read once: every worker has collected (and written) by now
+                self.tiers = json.loads(path.read_text()) if path.exists() else {}
+            return set(self.tiers.get(nodeid, ()))
 
         def _split_scope(self, nodeid: str) -> str:
-            if self.groups is None:  # read once: every worker has collected (and written) by now
-                self.groups = json.loads(path.read_text()) if path.exists() else {}
-            return self.groups.get(nodeid) or nodeid.split("::", 1)[0]
+            return xdist_group(nodeid, self._tiers(nodeid))
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self.ordered:
+                self.ordered = True
+
+                def weight(unit: dict[str, bool]) -> tuple[int, int]:
+                    tiers = set().union(*(self._tiers(nodeid) for nodeid in unit))
+                    return max((WEIGHTS[t] for t in tiers), default=0), len(unit)
+
+                for scope in sorted(self.workqueue, key=lambda scope: weight(self.workqueue[scope]), reverse=True):
+                    self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
 
     return TierScheduling(config, log)
 
