@@ -252,7 +252,17 @@ def test_each_on_demand_job_runs_beside_what_deploy_applied(rehearsed: Rehearsed
         wanted_count = sum(t.replicas for t in wanted)
     # a GPU job takes whole nodes: one pod per GPU node, every GPU
     if wanted_count:
-        assert len(gpu_pods) == wanted_count and len({p.node for p in gpu_pods}) == wanted_count, gpu_pods
+        assert len(gpu_pods) == wanted_count, gpu_pods
+        if step.objects[0].obj["kind"] == "Job":
+            # KWOK ends a Job's pod as soon as it runs: a pod the scheduler binds after its sibling ended may take the
+            # node that one left (seen under load), as it may on a cluster. What is fixed is that two of its pods
+            # never share a node while they run: the template's required anti-affinity on the hostname.
+            (template,) = pod_templates(step.objects[0].obj)
+            (rule,) = template.spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert rule["topologyKey"] == "kubernetes.io/hostname"
+            assert rule["labelSelector"]["matchLabels"].items() <= template.labels.items()
+        else:
+            assert len({p.node for p in gpu_pods}) == wanted_count, gpu_pods
     if job == "ray":  # the long-lived RayCluster and Redis are applied at deploy
         deploy = rehearsed.pods(DEPLOY_STEP)
         assert [p for p in deploy if p.name.startswith("ray-head-")] and _named(deploy, "ray-gcs-redis")
