@@ -290,11 +290,11 @@ class CheckpointManager:
         return int(shared[0])
 
     # ---- the training loop's calls -------------------------------------------------------
-    def restore(self) -> int | None:
-        """Load the newest good checkpoint into the run's state (:meth:`load_latest`, then its
-        ``load_state_dict``); its step, or None for a fresh start."""
+    def restore(self, *, before_step: int | None = None) -> int | None:
+        """Load the newest good checkpoint (older than ``before_step`` when given: a rollback) into the
+        run's state (:meth:`load_latest`, then its ``load_state_dict``); its step, or None for a fresh start."""
         state = self.state.state_dict()
-        step = self.load_latest(state)
+        step = self.load_latest(state, before_step=before_step)
         if step is not None:
             self.state.load_state_dict(state)
         return step
@@ -304,26 +304,37 @@ class CheckpointManager:
         last measured step time) and whether its background write is done."""
         return CheckpointVote(save_due=self.due(step, step_seconds), write_done=self.write_done)
 
-    def step_done(self, step: int, *, save: bool, ranks_done_writing: int, stopping: StopSignal | None = None) -> None:
+    def step_done(
+        self,
+        step: int,
+        *,
+        save: bool,
+        ranks_done_writing: int,
+        stopping: StopSignal | None = None,
+        healthy: bool = True,
+    ) -> None:
         """The one call per step, on every rank with the agreed outcome: commit the background save once
         all ranks have written it; then save when ``save`` (the schedule agreed, or the last step) or,
         when ``stopping`` before the last step, only if the slowest rank's last save fits the time left
-        (else ``final_checkpoint_skipped``: the last committed checkpoint is the resume point)."""
+        (else ``final_checkpoint_skipped``: the last committed checkpoint is the resume point).
+        ``healthy``: the training-health guard's agreed verdict on the steps saved, kept in the commit
+        record (retention never prunes the newest healthy checkpoint)."""
         self.commit_if_durable(ranks_done_writing)
         if stopping is not None:
             save = final_save_fits(self.last_durable_seconds, stopping, self.device)
             if not save:
                 self.log({"event": "final_checkpoint_skipped", "step": step, "reason": "budget"})
         if save:
-            self.save(step, crash_before_commit=self.faults.crashes_in_checkpoint(step))
+            self.save(step, crash_before_commit=self.faults.crashes_in_checkpoint(step), healthy=healthy)
 
     # ---- saving --------------------------------------------------------------------------
     def due(self, step: int, step_seconds: float) -> bool:
         """Whether the schedule says this rank should save after ``step``."""
         return self.schedule.due(step, time.monotonic() - self.last_save_at, step_seconds, self.last_save_seconds)
 
-    def save(self, step: int, *, crash_before_commit: bool = False) -> None:
-        """Write a checkpoint of ``step``; blocking, or in the background with ``async_save``.
+    def save(self, step: int, *, crash_before_commit: bool = False, healthy: bool = True) -> None:
+        """Write a checkpoint of ``step``; blocking, or in the background with ``async_save``; ``healthy``
+        goes into its commit record (see :meth:`step_done`).
 
         The memory tier failing on any rank sends this save, and the rest of the run's, to the
         directory; the directory failing raises :class:`CheckpointFailed` on every rank."""
@@ -336,6 +347,7 @@ class CheckpointManager:
         self._on_rank_0_together(f"create {tmp_dir.name}", lambda: tmp_dir.mkdir(parents=True, exist_ok=True))
         self.save_index += 1
         target, record = self._write(step, state, tmp_dir)
+        record = {**record, "healthy": healthy, "verified": False}
         if self.async_group is None:
             self.last_save_seconds = time.perf_counter() - started
             if crash_before_commit:
@@ -582,18 +594,21 @@ class CheckpointManager:
         found = [p for p in self.directory.glob(f"{PREFIX}*") if (p / COMMIT_MARKER).is_file()]
         return sorted(found, key=lambda p: p.name, reverse=True)
 
-    def load_latest(self, state: dict[str, Any]) -> int | None:
-        """Load the newest checkpoint that every rank reads without error into ``state``.
+    def load_latest(self, state: dict[str, Any], *, before_step: int | None = None) -> int | None:
+        """Load the newest checkpoint that every rank reads without error into ``state``; with
+        ``before_step``, the newest of those older than that step (a rollback).
 
-        Returns its step, or None when there is none (a fresh start). Each checkpoint is read from
-        the sources its commit record names, in order (the directory; or the memory tier, then S3);
-        for each, every rank builds its reader and the outcome is agreed, then DCP loads and the
+        Returns its step, or None when there is none (a fresh start; none older, for a rollback). Each
+        checkpoint is read from the sources its commit record names, in order (the directory; or the
+        memory tier, then S3); for each, every rank builds its reader and the outcome is agreed, then DCP loads and the
         outcome is agreed again: a source or checkpoint that fails on any rank is skipped by all,
         with a warning, and the next is tried; when none loads, :class:`NoLoadableCheckpoint`. A
         checkpoint saved by another world size is resharded by DCP and logged as
         ``world_size_changed``.
         """
         candidates = [(p.name, _read_marker(p)) for p in self.committed()] if self.rank == 0 else []
+        if before_step is not None:
+            candidates = [(name, marker) for name, marker in candidates if _step_of(name) < before_step]
         shared: list[Any] = [candidates]
         dist.broadcast_object_list(shared, src=0)  # every rank tries the same checkpoints and sources
         for index, (name, marker) in enumerate(shared[0]):
@@ -646,13 +661,21 @@ class NoCheckpoints:
 
     last_durable_seconds: float | None = None
 
-    def restore(self) -> int | None:
-        return None
-
     def vote(self, step: int, step_seconds: float) -> CheckpointVote:
         return CheckpointVote(save_due=False, write_done=True)
 
-    def step_done(self, step: int, *, save: bool, ranks_done_writing: int, stopping: StopSignal | None = None) -> None:
+    def restore(self, *, before_step: int | None = None) -> int | None:
+        return None
+
+    def step_done(
+        self,
+        step: int,
+        *,
+        save: bool,
+        ranks_done_writing: int,
+        stopping: StopSignal | None = None,
+        healthy: bool = True,
+    ) -> None:
         return None
 
     def committed(self) -> list[Path]:
@@ -669,6 +692,11 @@ def _attempt(action: Callable[[], T]) -> tuple[T | None, str | None]:
         return action(), None
     except (Exception, CheckpointException) as exc:
         return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+
+
+def _step_of(name: str) -> int:
+    """The step of a committed folder's name (``step-00000040`` is 40)."""
+    return int(name.removeprefix(PREFIX))
 
 
 def _read_marker(path: Path) -> dict[str, Any] | None:

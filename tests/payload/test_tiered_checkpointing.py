@@ -303,6 +303,8 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
         "tiers": ["memory"],
         "s3_uri": None,
         "save_index": 3,
+        "healthy": True,
+        "verified": False,
     }
 
     memory_tier.lose_everything()  # every node restarted: only S3 still has checkpoints
