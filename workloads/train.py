@@ -81,6 +81,7 @@ PEAK_TFLOPS = (
     ("H100 PCIe", 756.0),
     ("H100", 989.0),
     ("H200", 989.0),
+    ("B200", 2250.0),  # HGX B200: 4.5 PFLOPS bf16 with 2:4 sparsity (NVIDIA's HGX B200 specification)
     ("A100", 312.0),
     ("L40S", 362.0),
     ("A10G", 125.0),

@@ -114,6 +114,7 @@ def test_mtbf_hours_is_one_instances_as_in_the_planner(monkeypatch: pytest.Monke
         ("NVIDIA H100 NVL", 835.0),
         ("NVIDIA H100 PCIe", 756.0),
         ("NVIDIA H200", 989.0),
+        ("NVIDIA B200", 2250.0),
         ("NVIDIA A100-SXM4-80GB", 312.0),
         ("Tesla T4", None),
     ],
