@@ -39,6 +39,7 @@ library when that storage is used).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -53,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, staging
+from torch.distributed.checkpoint import FileSystemReader, staging
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.torch_version import TorchVersion
@@ -61,14 +62,19 @@ from torch.torch_version import TorchVersion
 # The payload's own modules: plain names when run as a script from /workloads, the package's when
 # imported as llm_infra.workloads (see train.py).
 if TYPE_CHECKING or not __package__:
+    import checkpoint_digests
     import tiered_storage
+    from checkpoint_digests import DigestingFileSystemWriter
     from checkpoint_interval import daly_interval
+    from checkpoint_lease import FolderHeld, Lease, job_identity
     from faults import FaultInjector
     from stopping import StopSignal, final_save_fits
     from tiered_storage import TieredCheckpointOptions, TieredStorage
 else:
-    from . import tiered_storage
+    from . import checkpoint_digests, tiered_storage
+    from .checkpoint_digests import DigestingFileSystemWriter
     from .checkpoint_interval import daly_interval
+    from .checkpoint_lease import FolderHeld, Lease, job_identity
     from .faults import FaultInjector
     from .stopping import StopSignal, final_save_fits
     from .tiered_storage import TieredCheckpointOptions, TieredStorage
@@ -104,6 +110,7 @@ class PendingSave:
     future: Future[Any]
     started: float
     record: dict[str, Any]
+    writer: Any  # the storage writer: its digests go into the commit record
     stall_seconds: float  # how long training waited for it (staging, and any wait for the previous save)
     waited_seconds: float  # the part of that spent waiting for the previous save to be written
 
@@ -121,7 +128,8 @@ class CheckpointStorage(Protocol):
 
 
 class DirectoryStorage:
-    """DCP's file system writer: the shards go into the step folder itself (FSx on the cluster)."""
+    """DCP's file system writer: the shards go into the step folder itself (FSx on the cluster), each
+    file digested as it is written (checkpoint_digests.py)."""
 
     name = DIRECTORY_STORAGE
 
@@ -132,7 +140,7 @@ class DirectoryStorage:
         return {"storage": self.name, "path": str(self.directory)}
 
     def target(self, step: int, save_index: int, staging_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"storage_writer": FileSystemWriter(staging_dir)}, {"storage": self.name}
+        return {"storage_writer": DigestingFileSystemWriter(staging_dir)}, {"storage": self.name}
 
 
 @dataclass(frozen=True)
@@ -172,6 +180,10 @@ class NoLoadableCheckpoint(RuntimeError):
 class CheckpointFailed(RuntimeError):
     """A save or commit failed on some rank; raised on every rank together, so the launcher restarts
     them all and the run resumes from the last committed checkpoint."""
+
+
+class CheckpointFolderHeld(CheckpointFailed):
+    """Another live job owns the checkpoint folder (its lease): raised on every rank at start."""
 
 
 class CheckpointManager:
@@ -214,6 +226,7 @@ class CheckpointManager:
         tiered: TieredCheckpointOptions | None = None,
         on_commit: Callable[[dict[str, Any]], None] | None = None,
         faults: FaultInjector | None = None,
+        job: str | None = None,
     ) -> None:
         if keep < 1:
             raise ValueError(f"keep: {keep} must be >= 1")
@@ -232,9 +245,11 @@ class CheckpointManager:
         self.last_save_seconds: float | None = None
         self.last_durable_seconds: float | None = None
         self._pruner: ThreadPoolExecutor | None = None  # rank 0's background pruning, one at a time
+        self.lease = Lease(directory, job or job_identity()) if self.rank == 0 else None
+        self._take_lease()
 
-        def prepare() -> None:
-            directory.mkdir(parents=True, exist_ok=True)
+        def prepare() -> None:  # only once the lease is ours: never another job's save in progress
+            _listable(directory)
             for prefix in (TMP_PREFIX, REPLACED_PREFIX, PRUNED_PREFIX):
                 for stale in directory.glob(f"{prefix}*"):
                     shutil.rmtree(stale, ignore_errors=True)
@@ -242,6 +257,35 @@ class CheckpointManager:
         self._on_rank_0_together("prepare the checkpoint directory", prepare)
         self.save_index = self._newest_save_index()
         self.storage = self._choose_storage(tiered)
+
+    def _take_lease(self) -> None:
+        """Rank 0 takes the folder's lease (checkpoint_lease.py), the outcome agreed: every rank goes on,
+        or every rank raises :class:`CheckpointFolderHeld` naming the holder (or :class:`CheckpointFailed`
+        for a folder that cannot be used at all)."""
+        how, error, held = None, None, False
+        if self.lease is not None:
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                _listable(self.directory)
+                how = self.lease.acquire()
+                self.lease.start_renewing()
+            except FolderHeld as exc:
+                error, held = str(exc), True
+            except OSError as exc:
+                error = describe(exc)
+        outcome: list[Any] = [(error, held)]
+        dist.broadcast_object_list(outcome, src=0)
+        error, held = outcome[0]
+        if error is None:
+            if self.lease is not None:
+                self.log({"event": "checkpoint_lease", "path": str(self.lease.path), "job": self.lease.job, "how": how})
+            return
+        if held:
+            refusal = {"event": "checkpoint_folder_held", "path": str(self.directory), "reason": error}
+            self.log(refusal)
+            print(json.dumps({**refusal, "rank": self.rank}), file=sys.stderr, flush=True)
+            raise CheckpointFolderHeld(error)
+        raise self._failed(f"checkpoint folder {self.directory}", [f"rank 0: {error}"])
 
     def _choose_storage(self, tiered: TieredCheckpointOptions | None) -> CheckpointStorage:
         """The tiered storage when asked for and usable on every rank, else the directory (logged)."""
@@ -283,11 +327,13 @@ class CheckpointManager:
 
     def _newest_save_index(self) -> int:
         """How many saves the run has committed so far (the S3 cadence counts on across restarts)."""
-        committed = self.committed() if self.rank == 0 else []
-        marker = _read_marker(committed[0]) if committed else None
-        shared: list[Any] = [marker.get("save_index", 0) if marker else 0]
-        dist.broadcast_object_list(shared, src=0)
-        return int(shared[0])
+
+        def newest() -> int:
+            committed = self.committed()
+            marker = _read_marker(committed[0]) if committed else None
+            return int(marker.get("save_index", 0)) if marker else 0
+
+        return self._on_rank_0_shared("list the checkpoint folder", newest)
 
     # ---- the training loop's calls -------------------------------------------------------
     def restore(self, *, before_step: int | None = None) -> int | None:
@@ -346,45 +392,45 @@ class CheckpointManager:
         tmp_dir = self.directory / f"{TMP_PREFIX}{step:08d}"
         self._on_rank_0_together(f"create {tmp_dir.name}", lambda: tmp_dir.mkdir(parents=True, exist_ok=True))
         self.save_index += 1
-        target, record = self._write(step, state, tmp_dir)
+        target, record, writer = self._write(step, state, tmp_dir)
         record = {**record, "healthy": healthy, "verified": False}
         if self.async_group is None:
             self.last_save_seconds = time.perf_counter() - started
             if crash_before_commit:
                 _die_mid_checkpoint(tmp_dir, self.rank)
-            self._commit(step, tmp_dir, started, record)
+            self._commit(step, tmp_dir, started, record, writer)
             return
         future = cast(Future[Any], target)
         staging_seconds = time.perf_counter() - started  # the only stall
         self.last_save_seconds = staging_seconds
-        self.pending = PendingSave(step, tmp_dir, future, started, record, staging_seconds, waited_seconds)
+        self.pending = PendingSave(step, tmp_dir, future, started, record, writer, staging_seconds, waited_seconds)
         if crash_before_commit:
             future.result()
             _die_mid_checkpoint(tmp_dir, self.rank)
 
-    def _write(self, step: int, state: dict[str, Any], tmp_dir: Path) -> tuple[Any, dict[str, Any]]:
+    def _write(self, step: int, state: dict[str, Any], tmp_dir: Path) -> tuple[Any, dict[str, Any], Any]:
         """Write ``state`` through the storage (an async save: start it), agreed on every rank: the
-        background future (None for a blocking save) and the commit record. A failed tiered write
-        falls back to the directory for good; a failed directory write raises."""
+        background future (None for a blocking save), the commit record and the writer. A failed tiered
+        write falls back to the directory for good; a failed directory write raises."""
         storage = self.storage
-        failures, result, record = self._attempt_write(storage, step, state, tmp_dir)
+        failures, result, record, writer = self._attempt_write(storage, step, state, tmp_dir)
         if failures and storage.name == tiered_storage.STORAGE_NAME:
             self._fall_back_to_directory(f"save of step {step} failed: {failures[0]}")
             storage = self.storage
-            failures, result, record = self._attempt_write(storage, step, state, tmp_dir)
+            failures, result, record, writer = self._attempt_write(storage, step, state, tmp_dir)
         if failures:
             raise self._failed(f"save of step {step} to {storage.name}", failures)
-        return result, record
+        return result, record, writer
 
     def _attempt_write(
         self, storage: CheckpointStorage, step: int, state: dict[str, Any], tmp_dir: Path
-    ) -> tuple[list[str], Any, dict[str, Any]]:
+    ) -> tuple[list[str], Any, dict[str, Any], Any]:
         """Build the writer (agreed), then save or start the async save (agreed): the failures, the
-        background future (None for a blocking save) and the commit record."""
+        background future (None for a blocking save), the commit record and the writer."""
         built, error = _attempt(lambda: storage.target(step, self.save_index, tmp_dir))
         failures = self._agree(error)
         if failures or built is None:
-            return failures, None, {}
+            return failures, None, {}, None
         target, record = built
         self.faults.arm_write(target["storage_writer"], step, tiered=storage.name == tiered_storage.STORAGE_NAME)
         record = {**record, "save_index": self.save_index}
@@ -397,7 +443,7 @@ class CheckpointManager:
             )
             # A Future, or (with an async stager) an AsyncSaveResponse whose upload completes later.
             result = getattr(response, "upload_completion", response)
-        return self._agree(error), result, record
+        return self._agree(error), result, record, target["storage_writer"]
 
     def _fall_back_to_directory(self, reason: str) -> None:
         """The tiers failed on some rank: every rank uses the directory from now on (logged)."""
@@ -460,13 +506,14 @@ class CheckpointManager:
             pending.tmp_dir,
             pending.started,
             pending.record,
+            pending.writer,
             pending.stall_seconds,
             pending.waited_seconds,
         )
 
     def close(self) -> None:
-        """Finish the background save (committed, or :class:`CheckpointFailed`), wait for the pruning, then
-        free the stager."""
+        """Finish the background save (committed, or :class:`CheckpointFailed`), wait for the pruning, free
+        the stager, then give the folder's lease back (the next job may start at once)."""
         self.finalize()
         if self._pruner is not None:
             self._pruner.shutdown(wait=True)
@@ -474,6 +521,8 @@ class CheckpointManager:
         if self._stager is not None:
             self._stager.close()
             self._stager = None
+        if self.lease is not None:
+            self.lease.release()
 
     def _commit(
         self,
@@ -481,6 +530,7 @@ class CheckpointManager:
         tmp_dir: Path,
         started: float,
         record: dict[str, Any],
+        writer: Any,
         stall_seconds: float | None = None,
         waited_seconds: float = 0.0,
     ) -> None:
@@ -489,12 +539,20 @@ class CheckpointManager:
         save's write: logged when saves come faster than one is written (space them further apart).
         Atomic at every point: the committed folder appears by one rename; one it replaces (the same
         step saved again after a fallback) is moved aside first, so a crash leaves either it or the new
-        one, never a half of either."""
-        dist.barrier()  # every rank's shards are written (on disk, or in the tiers the record names)
+        one, never a half of either. Every rank's digests of what it wrote go into the record; rank 0
+        commits only while the folder's lease is still this job's."""
+        # Every rank's shards are written (on disk, or in the tiers the record names): gathering their
+        # digests is the barrier.
+        gathered: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, getattr(writer, "digests", {}))
+        digests = {name: digest for rank_digests in gathered for name, digest in sorted(rank_digests.items())}
+        record = {**record, "digest_algorithm": checkpoint_digests.ALGORITHM, "digests": digests}
         self.last_durable_seconds = time.perf_counter() - started
         final_dir = self.directory / step_dir_name(step)
 
         def commit() -> None:
+            if self.lease is not None:
+                self.lease.ensure_held()
             marker = {"step": step, "world_size": dist.get_world_size(), "committed_at": time.time(), **record}
             _write_durably(tmp_dir / COMMIT_MARKER, json.dumps(marker))
             replaced = self.directory / f"{REPLACED_PREFIX}{step:08d}"
@@ -519,18 +577,23 @@ class CheckpointManager:
                     **{key: record[key] for key in ("storage", "tiers") if key in record},
                 }
             )
-        self.on_commit({"step": step, "path": str(final_dir), **record})
+        self.on_commit({"step": step, "path": str(final_dir), **{k: v for k, v in record.items() if k != "digests"}})
         if self.rank == 0:  # after the agreement, in the background: no rank waits for it
             self._in_background(self._prune)
 
     # ---- agreement -----------------------------------------------------------------------
     def _agree(self, error: str | None) -> list[str]:
         """Every rank's outcome of a step that may fail on some ranks only, gathered before anyone
-        enters the next collective: ``rank R: error`` for each rank that failed, the same list on
-        every rank (empty: all succeeded)."""
+        enters the next collective: ``rank R: error`` for each rank that failed (ranks that saw the same
+        error, as DCP's collectives report one rank's failure to all, in one entry: ``ranks 0, 1: error``),
+        the same list on every rank (empty: all succeeded)."""
         outcomes: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(outcomes, error)
-        return [f"rank {rank}: {outcome}" for rank, outcome in enumerate(outcomes) if outcome]
+        seen: dict[str, list[int]] = {}
+        for rank, outcome in enumerate(outcomes):
+            if outcome:
+                seen.setdefault(outcome, []).append(rank)
+        return [f"{_ranks(ranks)}: {outcome}" for outcome, ranks in seen.items()]
 
     def _on_rank_0_together(self, what: str, action: Callable[[], object]) -> None:
         """``action`` on rank 0 (the file system work of the protocol), its outcome agreed: every rank
@@ -543,8 +606,10 @@ class CheckpointManager:
     def _failed(self, what: str, failures: list[str]) -> CheckpointFailed:
         """Log the failure (rank 0) and say it on every rank's stderr; the error to raise everywhere."""
         message = f"{what} failed: {'; '.join(failures)}"
-        self.log({"event": "checkpoint_failed", "reason": message, "committed": False})
-        print(json.dumps({"event": "checkpoint_failed", "rank": self.rank, "reason": message}), file=sys.stderr)
+        cause = failures[0].split(": ", 1)[-1] if failures else message
+        self.log({"event": "checkpoint_failed", "reason": message, "cause": cause, "committed": False})
+        failed = {"event": "checkpoint_failed", "rank": self.rank, "reason": message, "cause": cause}
+        print(json.dumps(failed), file=sys.stderr, flush=True)
         return CheckpointFailed(message)
 
     # ---- pruning (rank 0, in the background) ----------------------------------------------
@@ -562,15 +627,20 @@ class CheckpointManager:
         self._pruner.submit(logged)
 
     def _prune(self) -> None:
-        """The retention rule, the one place that deletes committed checkpoints: keep the newest ``keep``
-        and, when none of them is durable, the newest durable one. A pruned folder is renamed aside
-        before it is deleted (a half-deleted checkpoint never looks committed); a pruned tiered
-        checkpoint's data goes too (its memory-tier step and S3 objects), so the tiers hold what ``keep``
-        says; what cannot be deleted is logged, never fatal."""
+        """The retention rule, the one place that deletes committed checkpoints: keep the newest ``keep``;
+        the newest healthy one (its steps passed the training-health guard) and the newest verified one
+        (its digests matched on a load), whatever ``keep`` says, so that the last good state is never
+        deleted; and, when none of the kept ones is durable, the newest durable one. Records from before
+        the guard count as healthy. A pruned folder is renamed aside before it is deleted (a half-deleted
+        checkpoint never looks committed); a pruned tiered checkpoint's data goes too (its memory-tier step
+        and S3 objects), so the tiers hold what ``keep`` says; what cannot be deleted is logged, never fatal."""
         committed = self.committed()
+        markers = {path: _read_marker(path) for path in committed}
         kept = committed[: self.keep]
-        if not any(_durable(_read_marker(path)) for path in kept):
-            kept += [path for path in committed[self.keep :] if _durable(_read_marker(path))][:1]
+        for good in (_healthy, _verified):
+            kept += [path for path in committed if good(markers[path])][:1]
+        if not any(_durable(markers[path]) for path in kept):
+            kept += [path for path in committed if _durable(markers[path])][:1]
         for old in committed:
             if old in kept:
                 continue
@@ -589,9 +659,12 @@ class CheckpointManager:
     # ---- loading -------------------------------------------------------------------------
     def committed(self) -> list[Path]:
         """Committed checkpoints, newest first."""
-        if not self.directory.is_dir():
+        if not self.directory.exists():
             return []
-        found = [p for p in self.directory.glob(f"{PREFIX}*") if (p / COMMIT_MARKER).is_file()]
+        names = os.listdir(self.directory)  # an unlistable folder raises: it is not an empty one
+        found = [
+            self.directory / n for n in names if n.startswith(PREFIX) and (self.directory / n / COMMIT_MARKER).is_file()
+        ]
         return sorted(found, key=lambda p: p.name, reverse=True)
 
     def load_latest(self, state: dict[str, Any], *, before_step: int | None = None) -> int | None:
@@ -606,34 +679,67 @@ class CheckpointManager:
         checkpoint saved by another world size is resharded by DCP and logged as
         ``world_size_changed``.
         """
-        candidates = [(p.name, _read_marker(p)) for p in self.committed()] if self.rank == 0 else []
-        if before_step is not None:
-            candidates = [(name, marker) for name, marker in candidates if _step_of(name) < before_step]
-        shared: list[Any] = [candidates]
-        dist.broadcast_object_list(shared, src=0)  # every rank tries the same checkpoints and sources
-        for index, (name, marker) in enumerate(shared[0]):
+        candidates = self._on_rank_0_shared(
+            "list the checkpoint folder",
+            lambda: [
+                (p.name, _read_marker(p))
+                for p in self.committed()
+                if before_step is None or _step_of(p.name) < before_step
+            ],
+        )  # every rank tries the same checkpoints and sources
+        skipped = []
+        for index, (name, marker) in enumerate(candidates):
             path = self.directory / name
             reasons = [] if marker else [f"{COMMIT_MARKER} is unreadable"]
+            if marker and "digests" not in marker:
+                self._warn({"event": "checkpoint_unverified", "path": str(path), "reason": "written before digests"})
             for source, load_args in _load_sources(path, marker) if marker else []:
                 failures = self._load_from(state, source, load_args, newest=index == 0)
-                if not failures:
-                    step, saved_world = marker["step"], marker["world_size"]
-                    self.log({"event": "resume", "step": step, "path": str(path), "source": source})
-                    if saved_world != dist.get_world_size():
-                        change = {"event": "world_size_changed", "saved": saved_world, "now": dist.get_world_size()}
-                        self.log({**change, "step": step})
-                    return step
+                if not failures and marker is not None:
+                    self._loaded(path, marker, source)
+                    return int(marker["step"])
                 reasons.append(f"{source}: {'; '.join(failures)}")
-            warning = {"event": "checkpoint_skipped", "path": str(path), "reason": "; ".join(reasons)}
-            print(json.dumps(warning), file=sys.stderr, flush=True)
-            self.log(warning)
-        if shared[0]:
-            names = [name for name, _ in shared[0]]
+            skipped.append(f"{name}: {'; '.join(reasons)}")
+            self._warn({"event": "checkpoint_skipped", "path": str(path), "reason": "; ".join(reasons)})
+        if candidates:
             raise NoLoadableCheckpoint(
-                f"{self.directory}: none of the committed checkpoints {names} loads; refusing to start over "
-                "from step 0 in the same directory (move them away to start a new run)"
+                f"{self.directory}: none of the committed checkpoints loads ({' | '.join(skipped)})"[:2000]
+                + "; refusing to start over from step 0 in the same directory: fix the cause named, or give a "
+                "new run another --checkpoint-dir"
             )
         return None
+
+    def _loaded(self, path: Path, marker: dict[str, Any], source: str) -> None:
+        """Log the resume; on rank 0, record in the checkpoint's record that its digests were verified
+        (retention keeps the newest verified checkpoint; a failure to record it is logged, never fatal)."""
+        step, saved_world = marker["step"], marker["world_size"]
+        self.log({"event": "resume", "step": step, "path": str(path), "source": source})
+        if saved_world != dist.get_world_size():
+            change = {"event": "world_size_changed", "saved": saved_world, "now": dist.get_world_size()}
+            self.log({**change, "step": step})
+        if self.rank == 0 and marker.get("digests") and not marker.get("verified"):
+            try:
+                _write_durably(path / f".{COMMIT_MARKER}.tmp", json.dumps({**marker, "verified": True}))
+                os.replace(path / f".{COMMIT_MARKER}.tmp", path / COMMIT_MARKER)
+            except OSError as exc:
+                self.log({"event": "checkpoint_verified_unrecorded", "path": str(path), "reason": describe(exc)})
+
+    def _warn(self, warning: dict[str, Any]) -> None:
+        """A warning: a JSON line on rank 0's stderr and in the log."""
+        if self.rank == 0:
+            print(json.dumps(warning), file=sys.stderr, flush=True)
+        self.log(warning)
+
+    def _on_rank_0_shared(self, what: str, action: Callable[[], T]) -> T:
+        """``action()`` on rank 0, its result given to every rank; its failure raises
+        :class:`CheckpointFailed` on every rank."""
+        result, error = _attempt(action) if self.rank == 0 else (None, None)
+        shared: list[Any] = [(result, error)]
+        dist.broadcast_object_list(shared, src=0)
+        result, error = shared[0]
+        if error:
+            raise self._failed(what, [f"rank 0: {error}"])
+        return cast(T, result)
 
     def _load_from(
         self, state: dict[str, Any], source: str, load_args: Callable[[], dict[str, Any]], *, newest: bool
@@ -652,7 +758,8 @@ class CheckpointManager:
         if failures or args is None:
             return failures
         _, error = _attempt(lambda: dcp.load(state, **args))
-        return self._agree(error)
+        mismatch = getattr(args["storage_reader"], "mismatch", None)  # a tiered shard's: the library wraps it
+        return self._agree(describe(mismatch) if error and mismatch else error)
 
 
 class NoCheckpoints:
@@ -691,7 +798,43 @@ def _attempt(action: Callable[[], T]) -> tuple[T | None, str | None]:
     try:
         return action(), None
     except (Exception, CheckpointException) as exc:
-        return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        return None, describe(exc)
+
+
+def describe(exc: BaseException) -> str:
+    """One line that names the real cause: DCP's ``CheckpointException`` unwrapped to each failing rank's
+    own exception, an exception followed to its root cause, an ``OSError`` with its errno name and
+    strerror (``OSError: [ENOSPC] No space left on device: '/fsx/ckpt/.tmp-step-00000006/__1_0.distcp'``)."""
+    if isinstance(exc, CheckpointException):
+        causes: dict[str, list[int]] = {}
+        for rank, failure in sorted(exc.failures.items()):
+            inner = failure[0] if isinstance(failure, tuple) else failure
+            causes.setdefault(describe(inner), []).append(rank)
+        return "; ".join(f"{_ranks(ranks)}: {cause}" for cause, ranks in causes.items())[:1000]
+    root = exc
+    while root.__cause__ is not None or (root.__context__ is not None and not root.__suppress_context__):
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    if isinstance(root, OSError) and root.errno is not None:
+        name = errno.errorcode.get(root.errno, str(root.errno))
+        where = f": {root.filename!r}" if root.filename else ""
+        line = f"{type(root).__name__}: [{name}] {root.strerror}{where}"
+    else:
+        line = f"{type(root).__name__}: {root}".splitlines()[0]
+    if root is not exc:
+        line += f" (in {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+    return line[:1000]
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _listable(directory: Path) -> None:
+    """Raise (PermissionError, NotADirectoryError...) unless ``directory`` can be listed, read and written:
+    a folder that cannot be listed must never count as empty."""
+    os.listdir(directory)
+    if not os.access(directory, os.R_OK | os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "the checkpoint folder is not readable and writable", str(directory))
 
 
 def _step_of(name: str) -> int:
@@ -713,7 +856,23 @@ def _load_sources(path: Path, marker: dict[str, Any]) -> list[tuple[str, Callabl
     without ``storage`` predate the tiered storage: their shards are in the step folder."""
     if marker.get("storage") == tiered_storage.STORAGE_NAME:
         return tiered_storage.load_sources(marker)
-    return [(DIRECTORY_STORAGE, lambda: {"storage_reader": FileSystemReader(path)})]
+
+    def verified_reader() -> dict[str, Any]:
+        """This rank's share of the files checked against the record's digests first (none recorded: a
+        checkpoint from before digests, loaded with a warning)."""
+        step, rank, world = int(marker["step"]), dist.get_rank(), dist.get_world_size()
+        checkpoint_digests.verify_files(path, marker.get("digests") or {}, step, rank, world)
+        return {"storage_reader": FileSystemReader(path)}
+
+    return [(DIRECTORY_STORAGE, verified_reader)]
+
+
+def _healthy(marker: dict[str, Any] | None) -> bool:
+    return marker is not None and bool(marker.get("healthy", True))
+
+
+def _verified(marker: dict[str, Any] | None) -> bool:
+    return marker is not None and bool(marker.get("verified"))
 
 
 def _durable(marker: dict[str, Any] | None) -> bool:

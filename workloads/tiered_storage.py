@@ -22,7 +22,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or not __package__:
+    from checkpoint_digests import digesting_tiered_writer, verifying_tiered_reader
+else:
+    from .checkpoint_digests import digesting_tiered_writer, verifying_tiered_reader
 
 STORAGE_NAME = "tiered"
 MEMORY_TIER = "memory"
@@ -156,7 +161,8 @@ class TieredStorage:
 
         to_s3 = self.s3_uri is not None and self.s3_every is not None and save_index % self.s3_every == 0
         config = _checkpoint_config(self.namespace, self.world_size, self.s3_uri if to_s3 else None, to_s3)
-        writer = SageMakerTieredStorageWriter(checkpoint_config=config, step=step)
+        # Each rank's shard digested as it is serialised (checkpoint_digests.py); the record gets them at commit.
+        writer = digesting_tiered_writer(SageMakerTieredStorageWriter, checkpoint_config=config, step=step)
         record = {
             "storage": self.name,
             "namespace": self.namespace,
@@ -169,13 +175,17 @@ class TieredStorage:
 def load_sources(marker: dict[str, Any]) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
     """Where a committed tiered checkpoint can be read, in order: the memory tier, then S3 (when it
     went there). Each source gives DCP's ``load`` arguments; the reader is configured with the
-    namespace and world size of the save, so a new world size reshards it."""
+    namespace and world size of the save, so a new world size reshards it, and checks each rank's shard,
+    from either tier, against the digest recorded at the save (none for one saved before digests)."""
 
     def reader(s3_uri: str | None) -> dict[str, Any]:
         from amzn_sagemaker_checkpointing.checkpointing.filesystem.filesystem import SageMakerTieredStorageReader
 
         config = _checkpoint_config(marker["namespace"], marker["world_size"], s3_uri, save_to_s3=False)
-        storage_reader = SageMakerTieredStorageReader(checkpoint_config=config, step=marker["step"])
+        digests, step = marker.get("digests") or {}, marker["step"]
+        storage_reader = verifying_tiered_reader(
+            SageMakerTieredStorageReader, digests, step, checkpoint_config=config, step=step
+        )
         # The reader answers a step it cannot find with empty metadata (DCP then fails on the first
         # key); say what is missing instead.
         if not storage_reader.read_metadata().state_dict_metadata:

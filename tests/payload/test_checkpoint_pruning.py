@@ -63,7 +63,8 @@ def test_a_slow_prune_does_not_hold_up_the_commit(one_process, tmp_path: Path, m
         assert time.monotonic() - started < 10
         assert pruning.wait(10)
     assert (tmp_path / "latest").read_text() == "step-00000003"
-    assert steps_in(tmp_path) == ["latest", "step-00000001", "step-00000002", "step-00000003"]  # not yet pruned
+    # Not yet pruned; the folder's lease is held while the run lasts.
+    assert steps_in(tmp_path) == ["LEASE", "latest", "step-00000001", "step-00000002", "step-00000003"]
     released.set()
     manager.close()  # waits for the pruning
     assert steps_in(tmp_path) == ["latest", "step-00000003"]

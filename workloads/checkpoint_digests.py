@@ -1,0 +1,182 @@
+"""Digests of a checkpoint's files, computed as the bytes are written, checked before a load.
+
+The algorithm is zlib's CRC-32: measured on these machines it runs at ~7 GB/s on one core against
+~2 GB/s for SHA-256, while a checkpoint is written at ~0.5 GB/s (page cache; FSx is slower), so
+CRC-32 adds a few per cent to a save where SHA-256 would add a quarter. It detects every burst error
+up to 32 bits and all but 2^-32 of the others: what a flipped bit or a torn write does. It is no
+defence against someone who wants to forge a checkpoint (that is the folder's permissions' job).
+
+- **Directory storage** (DCP's file system writer): :class:`DigestingFileSystemWriter` swaps the
+  writer's file system for :class:`DigestingFileSystem`, whose write streams update a CRC with every
+  ``write`` call before the bytes go to the file: each rank's shard files and rank 0's ``.metadata``
+  get a digest without being read back. ``.metadata`` is written as ``.metadata.tmp`` and renamed;
+  the digest follows the rename.
+- **Tiered storage** (amzn-sagemaker-checkpointing): each rank's shard is one buffer, sent to the
+  memory tier (which checks its own xxh3-128 on put and get) and to S3 unchanged; its CRC is taken
+  as the items are serialised into it (:func:`digesting_tiered_writer`) and checked on the blob the
+  reader got, from either tier (:func:`verifying_tiered_reader`).
+
+A digest is ``{"crc32": "0x1234abcd", "bytes": n}``, keyed by the file's name (directory) or
+``rank_R`` (tiered); each rank's are gathered into the commit record.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import zlib
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem
+
+ALGORITHM = "crc32"
+VERIFY_CHUNK = 16 * 2**20
+Digest = dict[str, Any]
+
+
+class DigestMismatch(RuntimeError):
+    """A checkpoint file's bytes differ from the digest recorded when it was written."""
+
+
+def digest(crc: int, size: int) -> Digest:
+    return {ALGORITHM: f"0x{crc:08x}", "bytes": size}
+
+
+class _DigestingStream:
+    """A write stream that updates a CRC with every buffer before writing it (what DCP's writer calls:
+    ``write``, ``tell``, ``fileno``, ``flush``, ``close``)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.crc, self.size = raw, 0, 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.crc = zlib.crc32(view, self.crc)  # releases the GIL on large buffers
+        self.size += view.nbytes
+        return int(self.raw.write(view))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+class DigestingFileSystem(FileSystem):
+    """DCP's local file system whose write streams digest what they write (``digests``: name -> digest)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.digests: dict[str, Digest] = {}
+
+    @contextmanager
+    def create_stream(self, path: str | os.PathLike[str], mode: str) -> Generator[io.IOBase, None, None]:
+        with super().create_stream(path, mode) as raw:
+            if "w" not in mode:
+                yield raw
+                return
+            stream = _DigestingStream(raw)
+            yield stream  # type: ignore[misc]
+        self.digests[Path(path).name] = digest(stream.crc, stream.size)
+
+    def rename(self, path: str | os.PathLike[str], new_path: str | os.PathLike[str]) -> None:
+        super().rename(path, new_path)
+        if Path(path).name in self.digests:
+            self.digests[Path(new_path).name] = self.digests.pop(Path(path).name)
+
+
+class DigestingFileSystemWriter(FileSystemWriter):
+    """DCP's file system writer whose files are digested as written (:attr:`digests`)."""
+
+    def __init__(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.fs: DigestingFileSystem = DigestingFileSystem()
+
+    @property
+    def digests(self) -> dict[str, Digest]:
+        return dict(self.fs.digests)
+
+
+def file_digest(path: Path) -> Digest:
+    """The digest of a file as it is now (read in chunks)."""
+    crc, size = 0, 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(VERIFY_CHUNK):
+            crc, size = zlib.crc32(chunk, crc), size + len(chunk)
+    return digest(crc, size)
+
+
+def verify_files(directory: Path, digests: dict[str, Digest], step: int, rank: int, world_size: int) -> None:
+    """Check this rank's share of a committed folder's files (every ``world_size``-th, sorted by name)
+    against their recorded digests; :class:`DigestMismatch` names the step and the first bad file."""
+    for name in sorted(digests)[rank::world_size]:
+        check(digests[name], partial(file_digest, directory / name), step, name)
+
+
+def check(expected: Digest, actual: Callable[[], Digest], step: int, name: str) -> None:
+    """Raise :class:`DigestMismatch` when ``actual()`` differs from ``expected``."""
+    found = actual()
+    if found != expected:
+        raise DigestMismatch(
+            f"step {step}: {name} does not match its digest ({ALGORITHM} {found[ALGORITHM]}, {found['bytes']} bytes; "
+            f"written as {expected[ALGORITHM]}, {expected['bytes']} bytes)"
+        )
+
+
+# ---- tiered storage (amzn-sagemaker-checkpointing; imported only when that storage is used) -------------
+class _DigestingBuffer(_DigestingStream):
+    """The tiered writer's per-rank buffer, digested as items are serialised into it."""
+
+    def tell(self) -> int:
+        return int(self.raw.tell())
+
+
+def digesting_tiered_writer(writer_class: type, **kwargs: Any) -> Any:
+    """A ``SageMakerTieredStorageWriter`` that digests this rank's shard as it is serialised
+    (``digests``: ``{"rank_R": digest}``). The library serialises every item into one buffer in order
+    (``_process_write_item(item, planner, buffer)``) and sends that buffer to each tier."""
+
+    class DigestingTieredWriter(writer_class):  # type: ignore[misc, valid-type]
+        def __init__(self, **inner: Any) -> None:
+            super().__init__(**inner)
+            self._stream: _DigestingBuffer | None = None
+
+        def _process_write_item(self, item: Any, planner: Any, buffer: io.BytesIO) -> Any:
+            if self._stream is None or self._stream.raw is not buffer:
+                self._stream = _DigestingBuffer(buffer)
+            return super()._process_write_item(item, planner, self._stream)
+
+        @property
+        def digests(self) -> dict[str, Digest]:
+            stream = self._stream
+            return {} if stream is None else {f"rank_{self.rank}": digest(stream.crc, stream.size)}
+
+    return DigestingTieredWriter(**kwargs)
+
+
+def verifying_tiered_reader(reader_class: type, digests: dict[str, Digest], step: int, /, **kwargs: Any) -> Any:
+    """A ``SageMakerTieredStorageReader`` that checks each rank's shard blob (from the memory tier or S3)
+    against ``digests`` before taking any item from it."""
+
+    class VerifyingTieredReader(reader_class):  # type: ignore[misc, valid-type]
+        def __init__(self, **inner: Any) -> None:
+            super().__init__(**inner)
+            self._checked: tuple[int, bytes] | None = None  # the shard's blob that was checked last
+            self.mismatch: DigestMismatch | None = None  # the library wraps it: kept here for the cause
+
+        def _process_read_item(self, read_item: Any, blob: bytes, planner: Any) -> None:
+            shard = self.storage_data[read_item.storage_index].rank
+            if self._checked is None or self._checked[0] != shard or self._checked[1] is not blob:
+                name = f"rank_{shard}"
+                if name in digests:
+                    try:
+                        check(digests[name], lambda: digest(zlib.crc32(blob), len(blob)), step, f"the shard of {name}")
+                    except DigestMismatch as exc:
+                        self.mismatch = exc
+                        raise
+                self._checked = (shard, blob)
+            super()._process_read_item(read_item, blob, planner)
+
+    return VerifyingTieredReader(**kwargs)
