@@ -50,7 +50,21 @@ POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
 # vpc-cni: NetworkPolicy objects (the Ray GCS Redis has one) are enforced only with the VPC CNI's
 # network policy agent on (EKS user guide, "Restrict Pod network traffic with Kubernetes network
 # policies": configuration value enableNetworkPolicy "true", vpc-cni v1.14.0 or later).
-ADDON_CONFIGURATION: dict[str, dict[str, object]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
+# eks-node-monitoring-agent (schema: aws/eks-node-monitoring-agent, charts/configuration.schema.json at the pinned
+# tag; the EKS user guide's "Configure the node monitoring agent" still names the agent's key monitoringAgent,
+# which that repository renamed nodeAgent in #86): two DaemonSets. nodeAgent runs everywhere (its chart's
+# default toleration, Exists, kept explicit); dcgmAgent runs nv-hostengine, the DCGM host engine through which
+# the agent sees Xid errors (monitors/nvidia/dcgm/dcgm_policies.go), only on NVIDIA instance types, and its
+# chart tolerates no taint: without our GPU taint's toleration it never runs on the GPU nodes, and no Xid
+# reaches AcceleratedHardwareReady. Helm replaces lists, so each list is the whole set.
+NODE_MONITORING_AGENT_CONFIGURATION: dict[str, object] = {
+    "nodeAgent": {"tolerations": [{"operator": "Exists"}]},
+    "dcgmAgent": {"tolerations": [GPU_TOLERATION]},
+}
+ADDON_CONFIGURATION: dict[str, dict[str, object]] = {
+    "vpc-cni": {"enableNetworkPolicy": "true"},
+    "eks-node-monitoring-agent": NODE_MONITORING_AGENT_CONFIGURATION,
+}
 
 
 # AmazonEKSClusterAdminPolicy on the whole cluster, as eks.Cluster.grant_cluster_admin gives it.
@@ -319,8 +333,8 @@ class _TrainingClusterBase(Construct):
             addons["amazon-cloudwatch-observability"].node.add_dependency(self.application_log_group)
         else:
             self.application_log_group = logs.LogGroup.from_log_group_name(self, "ApplicationLogs", log_group_name)
-        # CoreDNS and the CloudWatch agent need nodes to reach ACTIVE.
-        for name in ("coredns", "amazon-cloudwatch-observability", "aws-fsx-csi-driver"):
+        # CoreDNS, the CloudWatch agent and the node monitoring agent need nodes to reach ACTIVE.
+        for name in ("coredns", "amazon-cloudwatch-observability", "aws-fsx-csi-driver", "eks-node-monitoring-agent"):
             if name in addons:
                 addons[name].node.add_dependency(self.system_nodegroup)
         return addons
@@ -402,8 +416,9 @@ class TrainingCluster(_TrainingClusterBase):
     - pinned EKS add-ons: vpc-cni (recent enough for ``efa-only`` interfaces, NetworkPolicy enforced),
       coredns, kube-proxy,
       eks-pod-identity-agent, aws-fsx-csi-driver and amazon-cloudwatch-observability, the ones that
-      call AWS with their own Pod Identity role; each with ``ResolveConflicts: OVERWRITE``
-      (:func:`overwrite_conflicts`);
+      call AWS with their own Pod Identity role, and eks-node-monitoring-agent (GPU faults as node
+      conditions for node auto repair, its DCGM part tolerating the GPU taint); each with
+      ``ResolveConflicts: OVERWRITE`` (:func:`overwrite_conflicts`);
     - the add-on's application log group (``application_log_group``: container stdout, retained,
       one month), created before the add-on so that metric filters can attach to it;
     - pinned Helm charts, each after the system nodes: the NVIDIA device plugin (nodes labelled

@@ -42,6 +42,12 @@ EKS_ADDONS: dict[str, dict[str, str]] = {
         "aws-fsx-csi-driver": "v1.7.0-eksbuild.1",
         # Public Terraform with eks_cluster_version 1.34; aws-observability/helm-charts RELEASE_NOTES v4.6.0.
         "amazon-cloudwatch-observability": "v4.6.0-eksbuild.1",
+        # EKS node monitoring agent: sets AcceleratedHardwareReady=False (reason NvidiaXID<code>Error) on a
+        # GPU fault, which node auto repair acts on. aws/eks-node-monitoring-agent tag v1.7.0 (c399089, "ci: add
+        # 1.7.0 release"), charts/eks-node-monitoring-agent/values.yaml: nodeAgent.image.tag, the build the chart
+        # ships; its add-on configuration schema is charts/configuration.schema.json at that tag. To confirm
+        # with `aws eks describe-addon-versions --addon-name eks-node-monitoring-agent`.
+        "eks-node-monitoring-agent": "v1.7.0-eksbuild.1",
     },
     "1.35": {
         # Public "EKS 1.35-compatible versions" table: vpc-cni v1.21.1-eksbuild.3.
@@ -56,6 +62,8 @@ EKS_ADDONS: dict[str, dict[str, str]] = {
         "aws-fsx-csi-driver": "v1.7.0-eksbuild.1",
         # No public source ties a build to 1.35: the 1.34 build, to confirm with describe-addon-versions.
         "amazon-cloudwatch-observability": "v4.6.0-eksbuild.1",
+        # As for 1.34 (one agent build serves every Kubernetes version its chart supports).
+        "eks-node-monitoring-agent": "v1.7.0-eksbuild.1",
     },
 }
 

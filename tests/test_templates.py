@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from llm_infra.config import ConfigError, TrainingConfig
-from llm_infra.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
+from llm_infra.config import DEFAULT_KUBERNETES_VERSION, ConfigError, TrainingConfig
+from llm_infra.node_labels import GPU_TOLERATION
+from llm_infra.rehearsal.upstream_charts import addon_pods
+from llm_infra.versions import EFA_DEVICE_PLUGIN, EKS_ADDONS, NVIDIA_DEVICE_PLUGIN
 
 NETWORK, STORAGE, CLUSTER = "-network", "-storage", "-cluster"
 
@@ -354,6 +356,7 @@ def test_addons_are_pinned_and_fsx_cni_cloudwatch_use_pod_identity(default_app) 
         "eks-pod-identity-agent",
         "aws-fsx-csi-driver",
         "amazon-cloudwatch-observability",
+        "eks-node-monitoring-agent",
     }
     assert all(a.get("AddonVersion", "").startswith("v") for a in addons.values())
     major, minor = addons["vpc-cni"]["AddonVersion"][1:].split(".")[:2]
@@ -378,8 +381,39 @@ def test_every_addon_overwrites_conflicts(synth, compute: str) -> None:
     addons = {a["Properties"]["AddonName"] for a in template.find_resources("AWS::EKS::Addon").values()}
     bootstrap = {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
     operator = {"cert-manager", "amazon-sagemaker-hyperpod-training-operator"} if compute == "hyperpod" else set()
-    assert addons == bootstrap | {"aws-fsx-csi-driver", "amazon-cloudwatch-observability"} | operator
+    others = {"aws-fsx-csi-driver", "amazon-cloudwatch-observability", "eks-node-monitoring-agent"}
+    assert addons == bootstrap | others | operator
     template.all_resources_properties("AWS::EKS::Addon", {"ResolveConflicts": "OVERWRITE"})
+
+
+def test_node_monitoring_agent_marks_gpu_faults_for_node_auto_repair(default_app) -> None:
+    """Issue 31, item 5: the EKS node monitoring agent at its pin, OVERWRITE like the others, its DCGM host engine
+    (through which it sees Xid errors) tolerating our GPU taint, its agent every taint; node auto repair on the
+    GPU node group acts on the AcceleratedHardwareReady condition the agent sets."""
+    template = Template.from_json(default_app.template(CLUSTER))
+    (agent,) = [
+        a["Properties"]
+        for a in template.find_resources("AWS::EKS::Addon").values()
+        if a["Properties"]["AddonName"] == "eks-node-monitoring-agent"
+    ]
+    assert agent["AddonVersion"] == EKS_ADDONS[DEFAULT_KUBERNETES_VERSION]["eks-node-monitoring-agent"]
+    assert agent["ResolveConflicts"] == "OVERWRITE"
+    assert json.loads(agent["ConfigurationValues"]) == {
+        "nodeAgent": {"tolerations": [{"operator": "Exists"}]},
+        "dcgmAgent": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    }
+    gpu_groups = [
+        n["Properties"]
+        for n in template.find_resources("AWS::EKS::Nodegroup").values()
+        if n["Properties"].get("Labels", {}).get("llm-infra.aws/node-role") == "gpu"
+    ]
+    assert gpu_groups and all(g["NodeRepairConfig"] == {"Enabled": True} for g in gpu_groups)
+    # What the agent's pods tolerate is what the rehearsal schedules (its model reads these values).
+    pods = {
+        p.name: p.spec
+        for p in addon_pods("eks-node-monitoring-agent", agent["AddonVersion"], agent["ConfigurationValues"])
+    }
+    assert pods["dcgm-server"]["tolerations"] == [GPU_TOLERATION]
 
 
 def test_device_plugins_are_pinned_helm_charts(default_app) -> None:

@@ -394,6 +394,40 @@ def _cloudwatch_observability() -> list[PodTemplate]:
     ]
 
 
+# aws/eks-node-monitoring-agent v1.7.0, charts/eks-node-monitoring-agent (values.yaml, templates/daemonset.yaml,
+# dcgm-daemonset.yaml): the agent on every amd64/arm64 node but Fargate, Auto Mode, hybrid and HyperPod ones,
+# 10m/30Mi, tolerating every taint; the DCGM host engine (dcgm-server) on NVIDIA instance types only (the
+# chart's list names every EC2 GPU type of INSTANCE_PROFILES; none ml.-prefixed), amd64, no requests, no
+# tolerations. Configuration values read: each DaemonSet's tolerations (a list: Helm replaces it).
+NODE_MONITORING_AGENT_DEFAULTS: dict[str, Any] = {
+    "nodeAgent": {"tolerations": TOLERATE_ALL},
+    "dcgmAgent": {"tolerations": []},
+}
+
+
+def _node_monitoring_agent(values: dict[str, Any], merge: str) -> list[PodTemplate]:
+    for part, given in values.items():
+        if part not in NODE_MONITORING_AGENT_DEFAULTS or set(given) - {"tolerations"}:
+            raise NoModel(
+                f"eks-node-monitoring-agent: the model reads only nodeAgent/dcgmAgent tolerations, got {part}"
+            )
+    v = {part: combine(default, values.get(part), merge) for part, default in NODE_MONITORING_AGENT_DEFAULTS.items()}
+    elsewhere = {**NOT_FARGATE, "values": ["fargate", "auto", "hybrid"]}
+    not_hyperpod = {"key": HYPERPOD_COMPUTE_TYPE_LABEL, "operator": "NotIn", "values": [HYPERPOD_COMPUTE_TYPE]}
+    agent = _pod(
+        affinity=_required(elsewhere, not_hyperpod, LINUX_NODES[1]),
+        tolerations=v["nodeAgent"]["tolerations"],
+        requests={"cpu": "10m", "memory": "30Mi"},
+    )
+    nvidia = {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": list(INSTANCE_PROFILES)}
+    amd64 = {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+    dcgm = _pod(affinity=_required(nvidia, elsewhere, not_hyperpod, amd64), tolerations=v["dcgmAgent"]["tolerations"])
+    return [
+        PodTemplate("eks-node-monitoring-agent", agent, daemon=True),
+        PodTemplate("dcgm-server", dcgm, daemon=True),
+    ]
+
+
 CERT_MANAGER_DEFAULTS: dict[str, Any] = {"nodeSelector": {"kubernetes.io/os": "linux"}, "tolerations": []}
 
 
@@ -462,6 +496,7 @@ EKS_ADDONS: dict[str, tuple[str, AddonRender]] = {
     "eks-pod-identity-agent": ("v1.3", _unconfigurable(_pod_identity_agent)),
     "aws-fsx-csi-driver": ("v1.7", _unconfigurable(_fsx_csi_driver)),
     "amazon-cloudwatch-observability": ("v4.6", _unconfigurable(_cloudwatch_observability)),
+    "eks-node-monitoring-agent": ("v1.7", _node_monitoring_agent),
     "cert-manager": ("v1.19", _cert_manager),
     "amazon-sagemaker-hyperpod-training-operator": ("v1.2", _hyperpod_training_operator),
 }
