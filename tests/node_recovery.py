@@ -7,7 +7,11 @@ What plays what:
   it is Ready and admits them, never on the cordoned or labelled node;
 - :class:`NodeRecovery` plays what no component here can: the machine failing and coming back. Once it
   sees the fault the command injected (HyperPod's node-health label; on EKS, the drill's cordon before
-  it terminates the instance), it follows a timeline in seconds: the node goes NotReady and the job's
+  it terminates the instance, or the EKS node monitoring agent's ``AcceleratedHardwareReady=False`` with an
+  Xid reason: then it also plays the agent's heartbeat, which writes the agent's own view (True) back once at
+  ``agent_heartbeat_at``, and EKS node auto repair, which acts only once the condition has held
+  ``repair_after`` seconds by its lastTransitionTime: the documented 10 minutes, compressed, and it cordons the
+  node in the step that takes it down), it follows a timeline in seconds: the node goes NotReady and the job's
   pods on it are gone (``not_ready_at``: the kubelet stops answering; its Ready condition Unknown, as the
   node lifecycle controller sets it after its grace period, and that real controller then taints the
   node; the pods are evicted), a
@@ -36,6 +40,7 @@ from kwok_cluster import KwokCluster, Loop, pod_index, serve_log
 
 from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
 from llm_infra.node_labels import HEALTH_STATUS_KEY
+from llm_infra.ops.drill import GPU_CONDITION, node_condition
 from llm_infra.ops.kube import Kube, parse_time
 
 PENDING = "UnschedulablePending"  # HyperPod's PendingReplacement / PendingReboot label values
@@ -53,12 +58,15 @@ class NodeRecovery(Loop):
     ready_at: float = 3.5
     resume_at: float = 5.0
     time_scale: float = 0.1
-    fault: str | None = None  # what it saw: the health label's value, or "cordon"
+    agent_heartbeat_at: float = 0.3  # an Xid fault: when the agent's heartbeat writes its True condition back
+    repair_after: float = 1.0  # an Xid fault: how long the condition must have held (node auto repair's wait)
+    fault: str | None = None  # what it saw: the health label's value, "cordon", or the Xid condition's reason
     fault_at: float | None = None  # when it saw it (time.time())
     done: list[str] = field(default_factory=list)  # the steps taken, in order
     taken: dict[str, float] = field(default_factory=dict)  # step -> when it was taken (time.time())
     stamps: dict[str, datetime] = field(default_factory=dict)  # what happened, as the cluster or payload stamped it
     _labels: dict[str, str] = field(default_factory=dict)  # the node's labels before the fault
+    heartbeat_undid: datetime | None = None  # an Xid fault: the condition's transition time the heartbeat undid
 
     def __post_init__(self) -> None:
         super().__init__(str(self.cluster.plane.kubeconfig), tick=0.05)
@@ -72,7 +80,10 @@ class NodeRecovery(Loop):
         if self.fault_at is None:
             node = kube.get("v1", "Node", self.node) or {}
             labels = (node.get("metadata") or {}).get("labels") or {}
-            if labels.get(HEALTH_STATUS_KEY, "").startswith(PENDING):
+            gpu = node_condition(node, GPU_CONDITION) or {}
+            if gpu.get("status") == "False" and str(gpu.get("reason")).startswith("NvidiaXID"):
+                self.fault = str(gpu["reason"])
+            elif labels.get(HEALTH_STATUS_KEY, "").startswith(PENDING):
                 self.fault = labels[HEALTH_STATUS_KEY]
             elif (node.get("spec") or {}).get("unschedulable"):
                 self.fault = "cordon"
@@ -81,6 +92,8 @@ class NodeRecovery(Loop):
                 return
             self.fault_at = time.time()
         elapsed = time.time() - self.fault_at
+        if self._xid and self.heartbeat_undid is None and elapsed >= self.agent_heartbeat_at:
+            self._agent_heartbeat(kube)
         for step, at in (
             ("not-ready", self.not_ready_at),
             ("replaced", self.replaced_at),
@@ -94,9 +107,36 @@ class NodeRecovery(Loop):
                 self.taken[step] = began
                 self.done.append(step)
 
+    @property
+    def _xid(self) -> bool:
+        return bool(self.fault and self.fault.startswith("NvidiaXID"))
+
+    def _agent_heartbeat(self, kube: Kube) -> None:
+        """The agent's report after a heartbeat: its own condition (True: it saw no fault) replaces the node's."""
+        condition = node_condition(kube.get("v1", "Node", self.node) or {}, GPU_CONDITION) or {}
+        self.heartbeat_undid = parse_time(str(condition["lastTransitionTime"]))
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        healthy = {"type": GPU_CONDITION, "status": "True", "reason": "NvidiaAcceleratedHardwareIsReady"}
+        healthy |= {"message": "", "lastTransitionTime": now, "lastHeartbeatTime": now}
+        kube.patch_status("v1", "Node", self.node, {"conditions": [healthy]})
+
+    def _repair_due(self, kube: Kube) -> bool:
+        """Node auto repair's wait: the Xid condition False (again, after the heartbeat) for repair_after."""
+        if self.heartbeat_undid is None:
+            return False
+        condition = node_condition(kube.get("v1", "Node", self.node) or {}, GPU_CONDITION) or {}
+        if condition.get("status") != "False":
+            return False
+        held = time.time() - parse_time(str(condition["lastTransitionTime"])).timestamp()
+        return held >= self.repair_after
+
     def _not_ready(self, kube: Kube) -> bool:
+        if self._xid and not self._repair_due(kube):
+            return False
         self.cluster.set_ready(self.node, False)
         self.stamps["not-ready"] = _ready_since(kube.get("v1", "Node", self.node))
+        if self._xid:  # node auto repair cordons the node it replaces
+            kube.patch("v1", "Node", self.node, {"spec": {"unschedulable": True}})
         for pod in self._pods(kube):
             if pod["spec"].get("nodeName") == self.node:
                 self.cluster.delete_pod_now(pod["metadata"]["name"])

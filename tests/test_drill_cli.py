@@ -215,6 +215,44 @@ def test_eks_terminate_cordons_and_ends_the_instance(
     assert sorted(p["spec"]["nodeName"] for p in cluster.job_pods()) == ["gpu-a-replacement", "gpu-b"]
 
 
+def test_eks_gpu_xid_is_repaired_by_node_auto_repair(
+    tmp_path, eks_cluster, training_operator, capsys, payload_lines
+) -> None:
+    """Issue 31, item 5: the EKS node monitoring agent's condition for a GPU that fell off the bus
+    (AcceleratedHardwareReady=False, NvidiaXID79Error) on gpu-a; the agent's heartbeat writes its own view back
+    and the drill sets the fault again with the injection's transition time; node auto repair (played, its
+    10 minutes compressed) cordons and replaces the node once the condition has held; the real training
+    operator creates the lost pod on the replacement and the job resumes from its checkpoint. No EC2 call."""
+    cluster, flags = eks_cluster
+    before, after = payload_lines
+    timeline = {"not_ready_at": 1.5, "replaced_at": 3.0, "ready_at": 4.5, "resume_at": 6.0}
+    recovery = NodeRecovery(cluster, "gpu-a", "train", after, replace=True, **timeline)
+    out = tmp_path / "drill.json"
+    with training(cluster, app_config(), before, recovery):
+        code, stdout, err = drill(capsys, flags, out, "--fault", "gpu-xid")
+    assert code == 0, err
+    assert recovery.fault == "NvidiaXID79Error"
+    report = json.loads(out.read_text())
+    assert report["compute"] == "eks" and report["fault"] == "gpu-xid"
+    injected = datetime.fromisoformat(report["injected_at"])
+    # The heartbeat undid the fault as first injected, and the repair acted on the fault the drill held since.
+    assert recovery.heartbeat_undid == injected.replace(microsecond=0)
+    assert "AcceleratedHardwareReady=False (NvidiaXID79Error)" in err and "10 minutes" in err
+    assert_what_happened(report, recovery, replaced=True)  # detected: the repair, not the injected condition
+    assert report["resumed_at_step"] == next(r for r in after if r["event"] == "resume")["step"]
+    assert f"resumed at step {report['resumed_at_step']}" in stdout
+    assert sorted(p["spec"]["nodeName"] for p in cluster.job_pods()) == ["gpu-a-replacement", "gpu-b"]
+
+
+def test_an_unknown_fault_is_a_usage_error(tmp_path, capsys) -> None:
+    """No cluster, no AWS: a fault the drill does not know is refused with the ones it does, and no traceback."""
+    with pytest.raises(SystemExit) as exited:
+        drill(capsys, ["--cluster", "x"], tmp_path / "r", "--fault", "gpu-ecc")
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "--fault: invalid choice: 'gpu-ecc'" in err and "'gpu-xid'" in err
+    assert "Traceback" not in err
+
+
 def test_a_resume_never_seen_is_null_and_fails(
     tmp_path, hyperpod_cluster, hyperpod_operator, capsys, payload_lines
 ) -> None:
@@ -240,6 +278,8 @@ def test_a_fault_of_the_other_compute_mode_is_bad_input(tmp_path, capsys) -> Non
     """No AWS call: terminate is the EKS fault, not a HyperPod one: exit 2."""
     code, _, err = drill(capsys, ["--cluster", "x", "-c", "compute=hyperpod"], tmp_path / "r", "--fault", "terminate")
     assert code == 2 and "--fault: terminate is not a fault for compute=hyperpod; allowed: replace, reboot" in err
+    code, _, err = drill(capsys, ["--cluster", "x", "-c", "compute=hyperpod"], tmp_path / "r", "--fault", "gpu-xid")
+    assert code == 2 and "--fault: gpu-xid is not a fault for compute=hyperpod" in err
 
 
 def test_an_unknown_cluster_is_bad_input(tmp_path, aws_endpoint, capsys) -> None:

@@ -2,10 +2,16 @@
 
 Faults: on HyperPod, label the node for replacement or reboot (HyperPod's own recovery takes it from
 there, as after a failed health check); on EKS, cordon the node and terminate its EC2 instance (the
-managed node group launches a replacement). Then watch, from the fault on:
+managed node group launches a replacement), or ``gpu-xid``: set the node condition the EKS node monitoring
+agent sets for a GPU that fell off the bus (``AcceleratedHardwareReady=False``, reason ``NvidiaXID79Error``),
+on which EKS node auto repair cordons and replaces the node once it has held 10 minutes. The agent writes its
+own view of its conditions back at every heartbeat (every 5 minutes: it would undo the fault before the
+repair), so the drill holds the condition, with the injection's transition time, until the repair cordons
+the node. Then watch, from the fault on:
 
 - ``detected``: the platform reacted: the node stopped being Ready or disappeared, a job pod on it
-  ended or began terminating, HyperPod tainted or cordoned it, or the job turned Restarting;
+  ended or began terminating, HyperPod tainted or cordoned it (on EKS after a ``gpu-xid``: node auto
+  repair cordoned it), or the job turned Restarting;
 - ``node_replaced``: a new GPU node object appeared (not for a reboot);
 - ``rejoined``: the replacement (or the rebooted node) is Ready and takes the job's pods again (its
   node affinity holds: on HyperPod, the health label says Schedulable);
@@ -32,7 +38,17 @@ from llm_infra.payload_log import json_objects
 
 DRILL_KIND = "llm-infra/drill"  # the format llm_infra/planner/measured_run.py reads (plan --from-run)
 DRILL_VERSION = 1
-FAULTS = {"hyperpod": ("replace", "reboot"), "eks": ("terminate",)}
+FAULTS = {"hyperpod": ("replace", "reboot"), "eks": ("terminate", "gpu-xid")}
+# The node condition the EKS node monitoring agent sets on a GPU fault, which EKS node auto repair acts on. EKS
+# user guide, "Detect node health issues with the EKS node monitoring agent" (node-health-nma): a well-known Xid
+# sets AcceleratedHardwareReady=False with reason NvidiaXID<code>Error; Xid 79 ("GPU has fallen off the bus")
+# is repaired by Replace, and is a well-known code of the pinned agent (aws/eks-node-monitoring-agent v1.7.0,
+# monitors/nvidia/dcgm/dcgm_policies.go). "Automatically repair nodes in EKS clusters" (node-repair):
+# AcceleratedHardwareReady is repaired after 10 minutes. The agent re-reports its own conditions at every
+# heartbeat (pkg/manager/node_exporter.go at that tag: heartbeatInterval 5 minutes, an upsert of its state).
+GPU_CONDITION = "AcceleratedHardwareReady"
+GPU_FAULT_REASON = "NvidiaXID79Error"
+GPU_REPAIR_AFTER_MINUTES = 10
 PHASES = ("detected", "node_replaced", "rejoined", "job_resumed", "first_step_after_resume")
 # Node events that say the control plane noticed (node-controller, kubelet).
 DETECTION_EVENTS = frozenset({"NodeNotReady", "NodeNotSchedulable", "RemovingNode", "DeletingNode", "Rebooted"})
@@ -50,6 +66,23 @@ def instance_id(node: dict[str, Any]) -> str:
     return provider_id.rsplit("/", 1)[-1]
 
 
+def api_time(when: datetime) -> str:
+    """A time as the API server keeps a condition's: RFC 3339 in whole seconds, UTC."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def gpu_fault_condition(since: datetime) -> dict[str, Any]:
+    """The agent's condition for a GPU that fell off the bus, False since ``since``."""
+    return {
+        "type": GPU_CONDITION,
+        "status": "False",
+        "reason": GPU_FAULT_REASON,
+        "message": "detected XID-79 on the instance (injected by llm-infra drill)",
+        "lastTransitionTime": api_time(since),
+        "lastHeartbeatTime": api_time(now()),
+    }
+
+
 def inject(kube: Kube, ec2: Any, fault: str, node: dict[str, Any]) -> datetime:
     """Inject ``fault`` into ``node``; the time it started."""
     from llm_infra.ops.hyperpod import PENDING_REBOOT, PENDING_REPLACEMENT, request_node_recovery
@@ -62,8 +95,10 @@ def inject(kube: Kube, ec2: Any, fault: str, node: dict[str, Any]) -> datetime:
         target = instance_id(node)
         kube.patch("v1", "Node", name, {"spec": {"unschedulable": True}})  # no new pods while it dies
         ec2.terminate_instances(InstanceIds=[target])
+    elif fault == "gpu-xid":
+        kube.patch_status("v1", "Node", name, {"conditions": [gpu_fault_condition(started)]})
     else:
-        raise ValueError(f"fault: {fault!r} is not allowed; allowed: replace, reboot, terminate")
+        raise ValueError(f"fault: {fault!r} is not allowed; allowed: replace, reboot, terminate, gpu-xid")
     return started
 
 
@@ -84,9 +119,14 @@ def payload_records(log: str) -> list[dict[str, Any]]:
     return [r for r in json_objects(log) if isinstance(r.get("time"), int | float)]
 
 
-def _ready_condition(node: dict[str, Any]) -> dict[str, Any] | None:
+def node_condition(node: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The node's condition of type ``kind``, if it has one."""
     conditions = (node.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == "Ready"), None)
+    return next((c for c in conditions if c.get("type") == kind), None)
+
+
+def _ready_condition(node: dict[str, Any]) -> dict[str, Any] | None:
+    return node_condition(node, "Ready")
 
 
 @dataclass
@@ -103,6 +143,7 @@ class DrillWatch:
     clock: Callable[[], datetime] = now
     seen: dict[str, datetime] = field(default_factory=dict)
     resumed_at_step: int | None = None
+    reasserted: int = 0  # gpu-xid: how often the fault condition was set again after something undid it
 
     @property
     def phases(self) -> tuple[str, ...]:
@@ -116,9 +157,22 @@ class DrillWatch:
         """One look at the nodes, the job, its pods, events and logs."""
         faulted = self.kube.get("v1", "Node", self.node)
         pods = self._job_pods()
+        if self.fault == "gpu-xid":
+            self._hold_gpu_fault(faulted)
         self._detection(faulted, pods)
         self._node_phases(faulted)
         self._payload_phases(pods)
+
+    def _hold_gpu_fault(self, faulted: dict[str, Any] | None) -> None:
+        """Until node auto repair cordons the node (or it is gone), keep the fault's condition False with the
+        injection's transition time: the agent's heartbeat writes its own view back."""
+        if faulted is None or (faulted.get("spec") or {}).get("unschedulable") or "detected" in self.seen:
+            return
+        condition = node_condition(faulted, GPU_CONDITION) or {}
+        if condition.get("status") == "False" and condition.get("reason") == GPU_FAULT_REASON:
+            return
+        self.kube.patch_status("v1", "Node", self.node, {"conditions": [gpu_fault_condition(self.injected_at)]})
+        self.reasserted += 1
 
     def _takes_the_job(self, node: dict[str, Any]) -> bool:
         """Ready, and the job's pods may land there (its node affinity: on HyperPod, the health label)."""

@@ -34,9 +34,11 @@ def register(commands: Any) -> None:
     add_cluster_flags(parser, "the drill report, as written to --out")
     parser.add_argument(
         "--fault",
-        choices=("replace", "reboot", "terminate"),
-        help="HyperPod: replace or reboot, by the node-health label (default: replace); EKS: terminate, which "
-        "cordons the node and terminates its EC2 instance (the default and only one)",
+        choices=("replace", "reboot", "terminate", "gpu-xid"),
+        help="HyperPod: replace or reboot, by the node-health label (default: replace); EKS: terminate (the "
+        "default), which cordons the node and terminates its EC2 instance, or gpu-xid, which sets the node "
+        "condition the EKS node monitoring agent sets for a failed GPU (AcceleratedHardwareReady=False, "
+        "NvidiaXID79Error) and holds it until node auto repair replaces the node (after 10 minutes)",
     )
     parser.add_argument(
         "--job", help="the training job's name (default: the training-job chart's, as the app's config renders it)"
@@ -103,7 +105,15 @@ def _training_job(args: argparse.Namespace, config: Any) -> dict[str, Any]:
 def _drill(
     args: argparse.Namespace, target: ClusterTarget, kube: Kube, job: dict[str, Any], fault: str, out: Path
 ) -> int:
-    from llm_infra.ops.drill import DrillWatch, gpu_nodes, inject, job_pods
+    from llm_infra.ops.drill import (
+        GPU_CONDITION,
+        GPU_FAULT_REASON,
+        GPU_REPAIR_AFTER_MINUTES,
+        DrillWatch,
+        gpu_nodes,
+        inject,
+        job_pods,
+    )
 
     metadata = job["metadata"]
     described = f"{job['kind']} {metadata['namespace']}/{metadata['name']}"
@@ -129,6 +139,12 @@ def _drill(
     nodes_before = {n["metadata"]["name"] for n in gpu_nodes(kube)}
     injected_at = inject(kube, ec2, fault, node)
     print(f"{fault}: injected on {node_name} at {injected_at.isoformat()}", file=sys.stderr)
+    if fault == "gpu-xid":
+        print(
+            f"  {GPU_CONDITION}=False ({GPU_FAULT_REASON}): EKS node auto repair acts once it has held "
+            f"{GPU_REPAIR_AFTER_MINUTES} minutes; held until then",
+            file=sys.stderr,
+        )
     watch = DrillWatch(kube, job, node_name, fault, injected_at, {running[node_name]}, nodes_before)
     deadline = time.monotonic() + args.timeout_minutes * 60
     reported: set[str] = set()
