@@ -113,3 +113,26 @@ def test_the_training_loops_checkpoint_calls_with_and_without_a_directory(one_pr
         checkpoints.close()
         expected = [] if isinstance(checkpoints, NoCheckpoints) else ["step-00000001"]
         assert [p.name for p in checkpoints.committed()] == expected
+
+
+def test_retention_keeps_the_newest_healthy_and_the_newest_verified_checkpoint(one_process, tmp_path: Path) -> None:
+    """--keep-checkpoints 1 never deletes the last good state: step 1 is the newest whose digests a load
+    verified, step 2 the newest whose steps were healthy; 3 and 4 were saved after the guard said unhealthy."""
+    state = Counter()
+    manager = CheckpointManager(tmp_path, state=state, keep=1)
+    state.step = 1
+    manager.save(1)
+    manager.close()
+    manager = CheckpointManager(tmp_path, state=Counter(), keep=1)
+    assert manager.restore() == 1  # verifies step 1's digests: recorded in its commit record
+    for step, healthy in ((2, True), (3, False), (4, False)):
+        state.step = step
+        manager.save(step, healthy=healthy)
+    manager.close()
+    assert steps_in(tmp_path) == ["latest", "step-00000001", "step-00000002", "step-00000004"]
+    markers = {step: checkpointing._read_marker(tmp_path / f"step-0000000{step}") or {} for step in (1, 2, 4)}
+    assert [(markers[s]["healthy"], markers[s]["verified"]) for s in (1, 2, 4)] == [
+        (True, True),
+        (True, False),
+        (False, False),
+    ]
