@@ -177,14 +177,20 @@ def _hardware(instance_type: str) -> tuple[int, int, int]:
     return vcpus, memory, 0
 
 
-def template_nodes(templates: Templates, *, hyperpod_hugepages_mib: int | Mapping[str, int] = 0) -> list[NodeSpec]:
+def template_nodes(
+    templates: Templates,
+    *,
+    hyperpod_hugepages_mib: int | Mapping[str, int] = 0,
+    existing_cluster_security_groups: Iterable[str] = (),
+) -> list[NodeSpec]:
     """Every node of the cluster at its desired size. HyperPod nodes' hugepages: per instance group (as
-    its lifecycle.env reserves them, :func:`hyperpod_hugepages`), or one figure for GPU groups."""
+    its lifecycle.env reserves them, :func:`hyperpod_hugepages`), or one figure for GPU groups. The cluster
+    security group is the templates' cluster's, else (an existing cluster) ``existing_cluster_security_groups``."""
     found: list[NodeSpec] = []
     cluster_sgs = [
         templates.identity(stack, {"Fn::GetAtt": [logical_id, "ClusterSecurityGroupId"]})
         for stack, logical_id, _ in templates.resources("AWS::EKS::Cluster")
-    ]
+    ] or list(existing_cluster_security_groups)
     launch_templates = {
         (stack, logical_id): resource["Properties"]["LaunchTemplateData"]
         for stack, logical_id, resource in templates.resources("AWS::EC2::LaunchTemplate")

@@ -14,7 +14,9 @@ templates would create (:func:`llm_infra.rehearsal.deploy_workloads.template_nod
 3. the ``--apply`` files, each on top of the deployed cluster.
 
 The real scheduler places the pods and KWOK marks them Running (a Job's pods Succeeded). Each pod is
-reported with its node and phase, a Pending one with the scheduler's reason. Objects no controller here
+reported with its node and phase, a Pending one with the scheduler's reason. When the app installs Kueue (a
+ClusterQueue among what it applies), the real Kueue runs too: each job it manages is reported admitted or
+not, with Kueue's reason (its Workload's conditions). Objects no controller here
 runs (HyperPodPyTorchJob: its operator is closed source) are applied, so validated by the API server,
 and listed apart, never as passed.
 """
@@ -33,7 +35,7 @@ import yaml
 from llm_infra.config import TrainingConfig
 from llm_infra.input_files import BadInput, read_text
 from llm_infra.ops.kube import KubeError
-from llm_infra.rehearsal import crds
+from llm_infra.rehearsal import crds, existing_cluster, kueue
 from llm_infra.rehearsal.control_plane import (
     OPTIONAL,
     REQUIRED,
@@ -78,7 +80,9 @@ JOB_KINDS = {
     ("sagemaker.amazonaws.com", "HyperPodPyTorchJob"),
 }
 # Custom kinds and the control-plane component that runs their controller, when it is built.
+KUEUE_GROUP = "kueue.x-k8s.io"
 OPERATOR_KINDS = {
+    **{(KUEUE_GROUP, kind): "kueue" for kind in ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort")},
     ("kubeflow.org", "PyTorchJob"): "training-operator",
     ("ray.io", "RayCluster"): "kuberay-operator",
     ("ray.io", "RayJob"): "kuberay-operator",
@@ -87,6 +91,10 @@ OPERATOR_KINDS = {
 NO_PUBLIC_CONTROLLER = {
     ("sagemaker.amazonaws.com", "HyperPodPyTorchJob"): "the HyperPod training operator is closed source",
 }
+STATUSLESS_KINDS = {"ResourceFlavor"}  # Kueue reconciles it but writes no status
+# The jobs Kueue manages here (its integrations, kueue.FRAMEWORKS), and where it keeps its decision on one.
+KUEUE_JOB_KINDS = {("batch", "Job"), ("kubeflow.org", "PyTorchJob"), ("ray.io", "RayJob")}
+WORKLOAD = (kueue.API, "Workload")
 DEVICE_PLUGINS = {"nvidia-device-plugin": GPU, "aws-efa-k8s-device-plugin": EFA}
 # Services' endpoints name fake pod IPs, and race with the deletions between steps: not rehearsed. Nor
 # are the warnings about a job deleted after its step (its operator sees its pods go first).
@@ -135,6 +143,11 @@ class Plan:
     unmodelled: list[Release] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     modelled: list[str] = field(default_factory=list)  # the releases whose pods are modelled
+
+    @property
+    def queues(self) -> bool:
+        """Whether the app installs Kueue's queues (a ClusterQueue among what it applies)."""
+        return any(a.group_kind == (KUEUE_GROUP, "ClusterQueue") for step in self.steps for a in step.objects)
 
 
 def read_templates(cdk_out: Path) -> Templates:
@@ -235,8 +248,16 @@ def plan(
     *,
     nodes_per_group: int | None = None,
     crds_dir: Path | None = None,
+    existing_nodes: Path | None = None,
 ) -> Plan:
-    """Read everything a rehearsal needs; bad input raises BadInput before anything starts."""
+    """Read everything a rehearsal needs; bad input raises BadInput before anything starts. On an existing
+    cluster, ``existing_nodes`` adds its own nodes (:mod:`llm_infra.rehearsal.existing_cluster`)."""
+    if existing_nodes is not None and not config.existing_cluster:
+        raise BadInput(
+            f"{existing_cluster.FLAG}: only for an app on an existing cluster (existing_cluster_name); "
+            "this app creates its cluster, whose nodes the templates give"
+        )
+    theirs = existing_cluster.read_existing_nodes(existing_nodes) if existing_nodes is not None else []
     templates = read_templates(cdk_out)
     _check_synthesized_for(config, templates, cdk_out)
     if not manifests.is_dir():
@@ -254,9 +275,16 @@ def plan(
     ]
     try:
         hugepages = hyperpod_hugepages(templates, cdk_out)
-        nodes, notes = _capped(template_nodes(templates, hyperpod_hugepages_mib=hugepages), nodes_per_group)
+        cluster_sg = [config.existing_cluster_security_group_id] if config.existing_cluster_security_group_id else []
+        templated = template_nodes(
+            templates, hyperpod_hugepages_mib=hugepages, existing_cluster_security_groups=cluster_sg
+        )
+        nodes, notes = _capped(templated, nodes_per_group)
     except (ValueError, OSError) as err:
         raise BadInput(f"{cdk_out}: cannot derive the nodes: {err}") from None
+    devices = existing_cluster.owners_devices(config)
+    nodes = [existing_cluster.with_owners_devices(node, devices) for node in nodes] + theirs
+    notes += existing_cluster.notes(config, theirs, existing_nodes)
 
     deploy: list[Applied] = []
     installed = releases(templates)
@@ -299,6 +327,17 @@ class PodResult:
 
 
 @dataclass(frozen=True)
+class JobResult:
+    """A job Kueue manages: whether its Workload was admitted, and Kueue's reason when not."""
+
+    namespace: str
+    name: str
+    kind: str
+    admitted: bool
+    reason: str
+
+
+@dataclass(frozen=True)
 class Finding:
     """An object that did not rehearse: no controller here, refused, or a controller's warning."""
 
@@ -315,6 +354,7 @@ class Report:
     control_plane: dict[str, Any]
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pods: list[PodResult] = field(default_factory=list)
+    jobs: list[JobResult] = field(default_factory=list)
     unhandled: list[Finding] = field(default_factory=list)
     refused: list[Finding] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
@@ -328,13 +368,20 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        """Every pod Running or Succeeded, nothing refused, no controller failed to create a pod."""
-        return all(p.ok for p in self.pods) and not self.refused and not self.failed_creates
+        """Every pod Running or Succeeded, every job Kueue manages admitted, nothing refused, no controller
+        failed to create a pod."""
+        return (
+            all(p.ok for p in self.pods)
+            and all(j.admitted for j in self.jobs)
+            and not self.refused
+            and not self.failed_creates
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
             "pods": [asdict(p) for p in self.pods],
+            "jobs": [asdict(j) for j in self.jobs],
             "nodes": self.nodes,
             "unhandled": [asdict(f) for f in self.unhandled],
             "refused": [asdict(f) for f in self.refused],
@@ -481,10 +528,13 @@ class Rehearsal:
             {(str(a.obj["apiVersion"]), str(a.obj["kind"])) for a in applied if self._operated(*a.group_kind)}
         )
         pods = self._settle(step, before, operated)
+        if self._kueue_decided(self._queued(applied)):  # the admitted jobs' pods come now
+            pods = self._settle(step, before, operated)
         waiting = any(p["status"].get("phase") not in DONE_PHASES for p in pods)
         if step.name == DEPLOY_STEP and self._advertise_devices(pods) and waiting:
             pods = self._settle(step, before, operated)
         self._record(step, pods)
+        self._record_jobs(self._queued(applied))
         if step.remove_after and applied:
             self._remove(applied, pods)
 
@@ -595,6 +645,57 @@ class Rehearsal:
         while uids & {p["metadata"]["uid"] for p in self._get(PODS)} and time.monotonic() < deadline:
             time.sleep(POLL)
 
+    def _queued(self, applied: list[Applied]) -> list[Applied]:
+        """The jobs among ``applied`` that Kueue manages here (none when it does not run)."""
+        if "kueue" not in self.started:
+            return []
+        return [
+            a
+            for a in applied
+            if a.group_kind in KUEUE_JOB_KINDS and _namespaced_name(a.obj)[0] not in kueue.UNMANAGED_NAMESPACES
+        ]
+
+    def _workloads(self, jobs: list[Applied]) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """The Workload Kueue made for each of ``jobs``, by (kind, namespace, name) of the job that owns it."""
+        workloads: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for namespace in sorted({_namespaced_name(a.obj)[0] for a in jobs}):
+            for workload in self.kube.items(*WORKLOAD, namespace):
+                for owner in workload["metadata"].get("ownerReferences") or []:
+                    workloads[(str(owner.get("kind")), namespace, str(owner.get("name")))] = workload
+        return workloads
+
+    def _kueue_decided(self, jobs: list[Applied]) -> bool:
+        """Wait (bounded by the timeout) until Kueue has decided on each of ``jobs``: its Workload has reserved
+        quota, or says why not. False when there is nothing to wait for."""
+        if not jobs:
+            return False
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            workloads = self._workloads(jobs)
+            keys = [(str(a.obj["kind"]), *_namespaced_name(a.obj)) for a in jobs]
+            if all(_conditions(workloads.get(key)).get("QuotaReserved") for key in keys):
+                break
+            time.sleep(POLL)
+        return True
+
+    def _record_jobs(self, jobs: list[Applied]) -> None:
+        """Kueue's decision on each of ``jobs``: its Workload's Admitted condition, and when not admitted the
+        reason (why it was deactivated or evicted, else QuotaReserved's message)."""
+        workloads = self._workloads(jobs)
+        for a in jobs:
+            namespace, name = _namespaced_name(a.obj)
+            kind = str(a.obj["kind"])
+            workload = workloads.get((kind, namespace, name))
+            conditions = _conditions(workload)
+            admitted = (conditions.get("Admitted") or {}).get("status") == "True"
+            reason = ""
+            if workload is None:
+                reason = "Kueue made no Workload for it"
+            elif not admitted:
+                why = [conditions.get(t) for t in ("Deactivated", "Evicted", "QuotaReserved")]
+                reason = next((" ".join(str(c.get("message", "")).split()) for c in why if c), "not yet decided")
+            self.report.jobs.append(JobResult(namespace, name, kind, admitted, reason))
+
     def _record(self, step: Step, pods: list[dict[str, Any]]) -> None:
         events = self._get(EVENTS)
         scheduling: dict[str, str] = {}
@@ -663,6 +764,11 @@ def _node(pod: dict[str, Any]) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
+def _conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """An object's status conditions by type."""
+    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or []}
+
+
 def _placed(pod: dict[str, Any]) -> bool:
     """Running or finished, or the scheduler has said why not."""
     status = pod.get("status") or {}
@@ -679,6 +785,8 @@ def _created(obj: dict[str, Any]) -> bool:
     spec, status, meta = obj.get("spec") or {}, obj.get("status") or {}, obj["metadata"]
     if obj["kind"] == "Pod":
         return True
+    if obj["kind"] in STATUSLESS_KINDS:
+        return True
     if obj["kind"] not in ("Deployment", "DaemonSet", "Job", "PersistentVolumeClaim"):  # an operator's
         return bool(status)
     if obj["kind"] == "PersistentVolumeClaim":  # one naming its volume is bound by the PV controller
@@ -687,6 +795,8 @@ def _created(obj: dict[str, Any]) -> bool:
         return False
     if obj["kind"] == "Deployment":
         return int(status.get("replicas", 0)) >= int(spec.get("replicas", 1))
+    if obj["kind"] == "Job" and spec.get("suspend"):  # held by Kueue: its Workload says when it may start
+        return True
     if obj["kind"] == "DaemonSet":
         return int(status.get("currentNumberScheduled", 0)) >= int(status.get("desiredNumberScheduled", 0))
     finished = any(

@@ -29,8 +29,10 @@ def register(commands: Any) -> None:
         "on 127.0.0.1 (built by make k8s), create KWOK nodes as the templates in cdk.out would (labels, taints, "
         "allocatable CPU, memory, GPUs, EFA, hugepages), apply the CRDs, the add-ons' and Helm releases' workloads "
         "(modelled from the pinned charts), the templates' manifests, then each job of k8s_manifests/dist and "
-        "your --apply files. Reports every pod's node and phase, and the scheduler's reason for a Pending one. "
-        "Exits 0 when every pod is Running or Succeeded, 1 otherwise.",
+        "your --apply files. Reports every pod's node and phase, and the scheduler's reason for a Pending one; "
+        "when the app installs Kueue's queues, the real Kueue runs too and each job it manages is reported "
+        "admitted or not, with Kueue's reason. Exits 0 when every pod is Running or Succeeded and every such "
+        "job admitted, 1 otherwise.",
     )
     add_config_flags(parser)
     parser.add_argument(
@@ -48,6 +50,13 @@ def register(commands: Any) -> None:
         metavar="FILE",
         type=Path,
         help="a YAML file of your objects (a job, say) to apply on the deployed cluster (repeatable; default: none)",
+    )
+    parser.add_argument(
+        "--existing-nodes",
+        type=Path,
+        metavar="FILE",
+        help="on an existing cluster (existing_cluster_name): its own nodes, as kubectl get nodes -o yaml "
+        "writes them, added to those the templates create (default: only the templates' nodes, said in a note)",
     )
     parser.add_argument(
         "--nodes-per-group",
@@ -100,7 +109,9 @@ def _rehearse(args: argparse.Namespace, started: list[Any]) -> int:
     app_dir = Path(args.app_dir)
     cdk_out = Path(args.cdk_out) if args.cdk_out else app_dir / "cdk.out"
     manifests = Path(args.manifests) if args.manifests else app_dir / "k8s_manifests" / "dist"
-    rehearsal = plan(config, cdk_out, manifests, args.apply, nodes_per_group=args.nodes_per_group)
+    rehearsal = plan(
+        config, cdk_out, manifests, args.apply, nodes_per_group=args.nodes_per_group, existing_nodes=args.existing_nodes
+    )
 
     bin_dir = control_plane.default_bin_dir()
     absent = control_plane.missing_binaries(bin_dir, REQUIRED_COMPONENTS)
@@ -113,9 +124,11 @@ def _rehearse(args: argparse.Namespace, started: list[Any]) -> int:
     def say(line: str) -> None:
         print(f"rehearse: {line}", file=sys.stderr, flush=True)
 
+    # Kueue only where the app installs its queues: without one it would hold every job.
+    components = None if rehearsal.queues else [n for n in control_plane.OPTIONAL if n != "kueue"]
     say(f"starting the control plane ({bin_dir})")
     began = time.monotonic()
-    cp = control_plane.ControlPlane(bin_dir)
+    cp = control_plane.ControlPlane(bin_dir, components=_built(bin_dir, components))
     started.append(cp)
     try:
         with cp:
@@ -132,6 +145,13 @@ def _rehearse(args: argparse.Namespace, started: list[Any]) -> int:
     else:
         _print_report(report)
     return 0 if report.passed else EXIT_FAILED
+
+
+def _built(bin_dir: Path, components: list[str] | None) -> list[str] | None:
+    """Those of ``components`` that are built (None: each one built)."""
+    from llm_infra.rehearsal import control_plane
+
+    return None if components is None else [c for c in components if not control_plane.missing_binaries(bin_dir, [c])]
 
 
 def _print_report(report: Any) -> None:
@@ -163,6 +183,10 @@ def _print_report(report: Any) -> None:
         print(f"\n{step}" + (f"  ({MODELLED}; the templates' manifests; dist's objects)" if step == "deploy" else ""))
         rows = [[p.namespace, p.name, p.node or "-", p.phase, p.reason] for p in report.pods if p.step == step]
         print_table(["namespace", "pod", "node", "phase", "reason"], rows, text_columns=5)
+    if report.jobs:
+        print("\njobs (Kueue's admission):")
+        rows = [[j.namespace, j.name, j.kind, "yes" if j.admitted else "no", j.reason] for j in report.jobs]
+        print_table(["namespace", "job", "kind", "admitted", "reason"], rows, text_columns=5)
     sections = [
         ("no controller here (applied and validated by the API server; not rehearsed, not passed)", report.unhandled),
         ("refused", report.refused),
@@ -181,6 +205,8 @@ def _print_report(report: Any) -> None:
     summary = f"{len(report.pods) - len(not_done)} of {len(report.pods)} pods Running or Succeeded"
     if report.unhandled:
         summary += f"; {len(report.unhandled)} objects with no controller here"
+    if not all(j.admitted for j in report.jobs):
+        summary += f"; {sum(not j.admitted for j in report.jobs)} of {len(report.jobs)} jobs not admitted by Kueue"
     if report.refused:
         summary += f"; {len(report.refused)} refused"
     if report.failed_creates:
