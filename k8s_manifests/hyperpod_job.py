@@ -131,6 +131,7 @@ def hyperpod_pytorch_job(
     args: list[str],
     nodes: int,
     max_restarts: int | None = None,
+    priority: str = "training",
 ) -> cdk8s.ApiObject:
     """``hyperpodrun /workloads/<script>`` on ``nodes`` GPU nodes (a fixed size: hyperpodrun 1.1.3
     has no elastic node range; the operator replaces a failed node instead).
@@ -138,9 +139,11 @@ def hyperpod_pytorch_job(
     Restarts: ``values.max_restarts`` process-level restarts per ``restart_eval_period_seconds``
     before a full-job restart, ``full_job_restarts`` of those, ``job_max_retries`` retries in all.
     An explicit ``max_restarts`` (the validation gates) bounds the whole job: that many retries, no
-    full-job restart.
+    full-job restart. The job and its pods carry task governance's labels (the team's LocalQueue, the cluster
+    policy's ``priority`` class): its admission policy wants them on every pod in the team's namespace.
     """
     labels = {JOB_LABEL: name}
+    queued = {**labels, **values.queue_labels(priority)}
     pod_spec = gpu_pod_spec(
         values,
         container_name="pytorch",
@@ -176,7 +179,7 @@ def hyperpod_pytorch_job(
         kind=KIND,
         name=name,
         namespace=values.namespace,
-        labels=labels,
+        labels=queued,
         body={
             "spec": {
                 "nprocPerNode": str(values.profile.gpus),
@@ -185,7 +188,7 @@ def hyperpod_pytorch_job(
                     {
                         "name": "pods",
                         "replicas": nodes,
-                        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+                        "template": {"metadata": {"labels": queued}, "spec": pod_spec},
                     }
                 ],
             }

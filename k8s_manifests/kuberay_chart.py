@@ -87,9 +87,11 @@ class KubeRayChart(cdk8s.Chart):
       nodes when work asks for GPUs, up to ``gpu_nodes_max``, and removes them ``idle_timeout_seconds``
       after they fall idle. GCS fault tolerance on an in-cluster Redis (append-only file on FSx, the
       password from the Secret ``ray-gcs-redis``, reachable only from this cluster's pods) keeps the
-      workers through a head restart.
+      workers through a head restart. It names no Kueue queue and Kueue leaves it alone (the ray.io/raycluster
+      integration is off: docs/cluster-software.md, "Gang admission").
     - ``RayJob ray-train``: ``ray_train.py`` (train.py's loop under Ray Train) on a cluster of its
-      own, with the same head and workers and no GCS fault tolerance (a RayJob's driver dies with its
+      own of ``gpu_nodes`` GPU workers, no autoscaler, in the Kueue queue (admitted whole), with the same head
+      and workers and no GCS fault tolerance (a RayJob's driver dies with its
       head whatever GCS keeps, and KubeRay does not restart the head of a RayJob's cluster). A failed
       worker is retried in place by Ray Train (``max_failures``); a lost head or driver fails the
       job and KubeRay retries it ``backoff_limit`` times on a new cluster; every attempt resumes
@@ -167,18 +169,23 @@ class KubeRayChart(cdk8s.Chart):
             kind="RayJob",
             name=RAY_JOB,
             namespace=values.namespace,
+            labels=values.queue_labels("training"),
             body={
                 "spec": {
                     "entrypoint": " ".join(entrypoint),
                     "backoffLimit": backoff_limit,
                     "shutdownAfterJobFinishes": True,
                     "ttlSecondsAfterFinished": ttl_seconds_after_finished,
-                    "rayClusterSpec": self._cluster_spec(fault_tolerant=False),
+                    "rayClusterSpec": self._cluster_spec(fault_tolerant=False, workers=values.gpu_nodes),
                 }
             },
         )
 
-    def _cluster_spec(self, *, fault_tolerant: bool) -> dict[str, Any]:
+    def _cluster_spec(self, *, fault_tolerant: bool, workers: int | None = None) -> dict[str, Any]:
+        """The RayCluster's spec; ``workers``: that many GPU workers from the start and no autoscaler (a
+        RayJob's cluster: a gang Kueue admits whole, and Kueue 0.17 refuses a queued RayJob whose cluster
+        autoscales: kueue v0.17.0 pkg/controller/jobs/raycluster/raycluster_webhook.go validateCreate), else
+        none until work asks for GPUs, up to ``gpu_nodes_max``."""
         values = self.values
         spec: dict[str, Any] = {
             "rayVersion": values.ray_version,
@@ -186,22 +193,13 @@ class KubeRayChart(cdk8s.Chart):
             # after the cluster and hands it to the pods and the submitter (needs Ray >= 2.52: KubeRay v1.7.0
             # ray-operator/controllers/ray/utils/validation.go).
             "authOptions": {"mode": "token"},
-            "enableInTreeAutoscaling": True,
-            "autoscalerOptions": {
-                "version": "v2",
-                "idleTimeoutSeconds": self.idle_timeout_seconds,
-                # The autoscaler sidecar KubeRay adds to the head: it calls the Kubernetes API and Ray's GCS and
-                # needs no capability (KubeRay v1.7.0 ray-operator/controllers/ray/common/pod.go L1024-1026 sets
-                # it on the container).
-                "securityContext": container_security_context(),
-            },
             "headGroupSpec": self._head_group(),
             "workerGroupSpecs": [
                 {
                     "groupName": "gpu",
-                    "replicas": 0,
-                    "minReplicas": 0,
-                    "maxReplicas": values.gpu_nodes_max,
+                    "replicas": workers or 0,
+                    "minReplicas": workers or 0,
+                    "maxReplicas": workers or values.gpu_nodes_max,
                     # Ray 2.60's autoscaler (v1 and v2) reads each group's CPUs from rayStartParams num-cpus,
                     # else the Ray container's CPU limit, else its CPU request, and raises without one
                     # (ray/autoscaler/_private/kuberay/autoscaling_config.py _get_num_cpus, called from
@@ -224,6 +222,16 @@ class KubeRayChart(cdk8s.Chart):
                 }
             ],
         }
+        if workers is None:
+            spec["enableInTreeAutoscaling"] = True
+            spec["autoscalerOptions"] = {
+                "version": "v2",
+                "idleTimeoutSeconds": self.idle_timeout_seconds,
+                # The autoscaler sidecar KubeRay adds to the head: it calls the Kubernetes API and Ray's GCS and
+                # needs no capability (KubeRay v1.7.0 ray-operator/controllers/ray/common/pod.go L1024-1026 sets
+                # it on the container).
+                "securityContext": container_security_context(),
+            }
         if fault_tolerant:
             spec["gcsFaultToleranceOptions"] = {
                 "redisAddress": f"{REDIS}.{values.namespace}.svc.cluster.local:{REDIS_PORT}",

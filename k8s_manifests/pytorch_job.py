@@ -36,15 +36,17 @@ def kubeflow_pytorch_job(
     min_nodes: int,
     max_nodes: int,
     max_restarts: int,
+    priority: str = "training",
 ) -> cdk8s.ApiObject:
     """torchrun ``/workloads/<script>`` on ``nodes`` GPU nodes, rendezvous c10d, elastic min..max.
 
     The training operator passes the rendezvous settings to torchrun as ``PET_*`` variables
     (nnodes ``min:max``, c10d endpoint, max restarts); torchrun restarts failed workers and the
     payload resumes from its last complete checkpoint. In HyperPod mode the job also carries the
-    auto-resume annotations.
+    auto-resume annotations. The job and its pods carry the Kueue labels of a ``priority`` job.
     """
     labels = {JOB_LABEL: name}
+    queued = {**labels, **values.queue_labels(priority)}
     command = ["torchrun", f"--nproc-per-node={values.profile.gpus}", f"{WORKLOADS_MOUNT}/{script}", *args]
     pod_spec = gpu_pod_spec(
         values,
@@ -57,7 +59,7 @@ def kubeflow_pytorch_job(
         # The replica spec's restartPolicy decides (the operator overwrites the template's, with a warning).
         restart_policy=None,
     )
-    template: dict[str, Any] = {"metadata": {"labels": labels}, "spec": pod_spec}
+    template: dict[str, Any] = {"metadata": {"labels": queued}, "spec": pod_spec}
     return api_object(
         scope,
         construct_id,
@@ -65,7 +67,7 @@ def kubeflow_pytorch_job(
         kind="PyTorchJob",
         name=name,
         namespace=values.namespace,
-        labels=labels,
+        labels=queued,
         annotations=resilience_annotations(values),
         body={
             "spec": {

@@ -62,7 +62,7 @@ class DataPrepChart(cdk8s.Chart):
             body={"data": scripts},
         )
         name = f"{recipe.name}-data-prep"
-        labels = {"llm-infra.aws/job": name}
+        labels = {"llm-infra.aws/job": name, **values.queue_labels("training")}
         api_object(
             self,
             "Job",

@@ -12,6 +12,7 @@ from llm_infra.input_files import InputFileError, read_json
 from llm_infra.k8s_manifests.base_chart import BaseChart
 from llm_infra.k8s_manifests.fsx_storage_chart import FsxStorageChart
 from llm_infra.k8s_manifests.kuberay_chart import KubeRayChart
+from llm_infra.k8s_manifests.kueue_chart import KueueQueuesChart
 from llm_infra.k8s_manifests.node_monitoring_chart import NodeMonitoringChart
 from llm_infra.k8s_manifests.recipe_charts import DataPrepChart, recipe_training_chart
 from llm_infra.k8s_manifests.recipes import RECIPES
@@ -21,6 +22,8 @@ from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 
 # The charts that start training jobs on every GPU node (the rest set the cluster up and hold no GPU).
 JOB_CHARTS = ("validation", "training-job")
+# This app's Kueue objects (plain EKS with queueing=kueue): flavours, ClusterQueue, LocalQueue, priorities.
+QUEUES_CHART = "kueue-queues"
 # The cluster stack's output with the image that ``image_asset=true`` builds (stacks/cluster_stack.py).
 TRAINING_IMAGE_OUTPUT = "TrainingImageUri"
 
@@ -39,6 +42,8 @@ def build_charts(
     if values.fsx is not None:
         charts["fsx-storage"] = FsxStorageChart(app, "fsx-storage", values=values)
     charts["node-monitoring"] = NodeMonitoringChart(app, "node-monitoring", values=values)
+    if values.queues is not None and values.queues.flavors:  # our Kueue's queues (task governance has its own)
+        charts[QUEUES_CHART] = KueueQueuesChart(app, QUEUES_CHART, values=values)
     if ray and values.ray_image is not None:  # Ray needs its image (torch + Ray + EFA): none, no chart
         charts["kuberay"] = KubeRayChart(app, "kuberay", values=values)
     if jobs:

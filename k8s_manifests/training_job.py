@@ -23,11 +23,13 @@ def training_job(
     min_nodes: int | None = None,
     max_nodes: int | None = None,
     max_restarts: int | None = None,
+    priority: str = "training",
 ) -> cdk8s.ApiObject:
     """``/workloads/<script>`` on ``nodes`` GPU nodes (default: all), one pod per node.
 
     ``min_nodes``..``max_nodes`` is the elastic range of a PyTorchJob (a HyperPodPyTorchJob runs at
-    ``nodes``); ``max_restarts`` overrides the values' restart budget (see the two builders).
+    ``nodes``); ``max_restarts`` overrides the values' restart budget (see the two builders); ``priority``: the
+    Kueue priority class's kind (``training`` or ``validation``).
     """
     nodes = nodes or values.gpu_nodes
     min_nodes = min_nodes or min(values.gpu_nodes_min, nodes)
@@ -44,6 +46,7 @@ def training_job(
             args=args,
             nodes=nodes,
             max_restarts=max_restarts,
+            priority=priority,
         )
     return kubeflow_pytorch_job(
         scope,
@@ -56,4 +59,5 @@ def training_job(
         min_nodes=min_nodes,
         max_nodes=max_nodes,
         max_restarts=values.max_restarts if max_restarts is None else max_restarts,
+        priority=priority,
     )

@@ -61,6 +61,7 @@ class ValidationChart(cdk8s.Chart):
             min_nodes=values.gpu_nodes,
             max_nodes=values.gpu_nodes,
             max_restarts=0,
+            priority="validation",
         )
         training_job(
             self,
@@ -82,10 +83,12 @@ class ValidationChart(cdk8s.Chart):
             min_nodes=values.gpu_nodes,
             max_nodes=values.gpu_nodes,
             max_restarts=1,
+            priority="validation",
         )
 
     def _health_job(self, values: WorkloadValues, dcgm_diag_level: int) -> None:
         labels = {JOB_LABEL: HEALTH_JOB}
+        queued = {**labels, **values.queue_labels("validation")}
         command = [
             "python3",
             f"{WORKLOADS_MOUNT}/health_check.py",
@@ -123,7 +126,7 @@ class ValidationChart(cdk8s.Chart):
             kind="Job",
             name=HEALTH_JOB,
             namespace=values.namespace,
-            labels=labels,
+            labels=queued,
             body={
                 "spec": {
                     "completionMode": "Indexed",
@@ -134,7 +137,7 @@ class ValidationChart(cdk8s.Chart):
                     "backoffLimitPerIndex": 0,
                     "maxFailedIndexes": values.gpu_nodes,
                     "ttlSecondsAfterFinished": 86400,
-                    "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+                    "template": {"metadata": {"labels": queued}, "spec": pod_spec},
                 }
             },
         )

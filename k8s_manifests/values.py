@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from llm_infra.config import TrainingConfig
 from llm_infra.instance_types import InstanceProfile
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
+from llm_infra.queueing import QueueValues, cluster_queue_flavors, eks_queue_values, hyperpod_queue_values
 
 # The checkpoint bucket's prefix for tiered checkpoints' S3 copies (one folder per job below it).
 TIERED_PREFIX = "tiered"
@@ -59,6 +60,8 @@ class WorkloadValues:
     # Jobs as HyperPodPyTorchJob (HyperPod training operator) instead of Kubeflow PyTorchJob.
     hyperpod_training_operator: bool = False
     fsx: FsxVolume | None = None
+    # The Kueue queue the jobs go through and the labels they carry (None: queueing=none).
+    queues: QueueValues | None = None
     namespace: str = "training"
     service_account: str = "training"
     data_prep_service_account: str = "data-prep"
@@ -118,6 +121,11 @@ class WorkloadValues:
         if self.tiered_checkpoint_s3_uri is not None and not self.hyperpod:
             raise ValueError("tiered_checkpoint_s3_uri: needs compute=hyperpod (HyperPod nodes run the memory tier)")
 
+    def queue_labels(self, kind: str) -> dict[str, str]:
+        """The Kueue labels of a ``kind`` job (``training`` or ``validation``) and its pods: its queue and
+        priority class; none without a queue."""
+        return self.queues.labels(kind) if self.queues is not None else {}
+
     @property
     def efa_devices(self) -> int:
         return self.profile.efa_interfaces if self.efa else 0
@@ -166,7 +174,29 @@ class WorkloadValues:
             recipe=config.recipe,
             hyperpod_training_operator=config.uses_hyperpod_training_operator,
             fsx=fsx,
+            queues=queue_values(config),
+            namespace=config.jobs_namespace,
             stall_minutes=config.stall_minutes,
             tiered_checkpoint_s3_uri=tiered_uri,
             torch_version=dlc_torch_version(config.dlc_image_tag),
         )
+
+
+def queue_values(config: TrainingConfig) -> QueueValues | None:
+    """The jobs' queue for ``config``: this app's Kueue with the GPU and system node groups' quota (plain EKS),
+    task governance's team queue (HyperPod), or none."""
+    if config.queueing_mode == "task-governance":
+        return hyperpod_queue_values(config.hyperpod_team)
+    if config.queueing_mode == "none":
+        return None
+    return eks_queue_values(
+        cluster_queue_flavors(
+            profile=config.gpu_profile,
+            gpu_nodes=config.gpu_nodes,
+            efa=config.efa_enabled,
+            hugepages_2mib=config.hugepages_2mib,
+            system_instance_type=config.system_instance_type,
+            system_nodes=config.system_nodes,
+            installed=config.installs,
+        )
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any, get_type_hints
 
 from llm_infra.instance_types import INSTANCE_PROFILES, EfaLayout, InstanceProfile, instance_profile
+from llm_infra.queueing import SYSTEM_INSTANCE_TYPES
 from llm_infra.service_limits import (
     FSX_PERSISTENT_2_CAPACITY_RULE,
     FSX_PERSISTENT_2_THROUGHPUTS,
@@ -28,8 +29,10 @@ from llm_infra.service_limits import (
 from llm_infra.versions import (
     EFA_DEVICE_PLUGIN,
     EKS_ADDONS,
+    HYPERPOD_TASK_GOVERNANCE_ADDONS,
     HYPERPOD_TRAINING_OPERATOR_ADDONS,
     KUBERAY_OPERATOR,
+    KUEUE,
     NVIDIA_DEVICE_PLUGIN,
 )
 
@@ -59,6 +62,11 @@ DEFAULT_STALL_MINUTES = 10
 DEFAULT_FSX_FREE_ALARM_PERCENT = 10
 
 COMPUTE_MODES = ("eks", "hyperpod")
+# Gang admission: kueue (this app's Kueue on plain EKS, AWS's task governance on HyperPod) or none.
+QUEUEING = ("kueue", "none")
+DEFAULT_HYPERPOD_TEAM = "training"
+# AWS::SageMaker::ComputeQuota ComputeQuotaTarget.TeamName (CloudFormation's schema; the namespace hyperpod-ns-<team>).
+_TEAM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9]){0,39}?$")
 # Both compute modes: "SageMaker HyperPod supports Kubernetes versions 1.30, 1.31, 1.32, 1.33, 1.34,
 # and 1.35" (docs: sagemaker-hyperpod-eks-prerequisites).
 KUBERNETES_VERSIONS = ("1.34", "1.35")
@@ -131,12 +139,15 @@ _EKS_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 # stack of the Kubeflow training operator follows `operators`).
 BOOTSTRAP_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 HYPERPOD_ADDONS = tuple(HYPERPOD_TRAINING_OPERATOR_ADDONS[DEFAULT_KUBERNETES_VERSION])
+TASK_GOVERNANCE_ADDON = "amazon-sagemaker-hyperpod-taskgovernance"
 INSTALLABLE = (
     *EKS_ADDONS[DEFAULT_KUBERNETES_VERSION],
     NVIDIA_DEVICE_PLUGIN.chart,
     EFA_DEVICE_PLUGIN.chart,
     KUBERAY_OPERATOR.chart,
+    KUEUE.chart,
     *HYPERPOD_ADDONS,
+    *HYPERPOD_TASK_GOVERNANCE_ADDONS[DEFAULT_KUBERNETES_VERSION],
 )
 
 
@@ -196,6 +207,11 @@ class TrainingConfig:
     # aws-helm-stack on a cluster this app creates, none on an existing one (its owner's). Always a string
     # once constructed (__post_init__).
     operators: str | None = None
+    # Gang admission (QUEUEING): kueue puts every training job through a Kueue queue (plain EKS: this app's Kueue,
+    # HyperPod: AWS's task governance); none lets the scheduler place pods as they come.
+    queueing: str = "kueue"
+    # HyperPod task governance: the team whose compute allocation (and namespace hyperpod-ns-<team>) the jobs use.
+    hyperpod_team: str = DEFAULT_HYPERPOD_TEAM
     gpu_placement_group: str | None = None
     apply_jobs: bool = False
     image_asset: bool = False
@@ -325,7 +341,29 @@ class TrainingConfig:
         if self.existing_cluster:
             return frozenset(_split(self.install_addons))
         hyperpod_operator = self.compute == "hyperpod" and self.uses_hyperpod_training_operator
-        return frozenset(name for name in INSTALLABLE if hyperpod_operator or name not in HYPERPOD_ADDONS)
+        return frozenset(
+            name
+            for name in INSTALLABLE
+            if (hyperpod_operator or name not in HYPERPOD_ADDONS)
+            and (name != KUEUE.chart or self.queueing_mode == "kueue")
+            and (name != TASK_GOVERNANCE_ADDON or self.queueing_mode == "task-governance")
+        )
+
+    @property
+    def queueing_mode(self) -> str:
+        """Who queues the jobs: ``kueue`` (this app's Kueue, plain EKS), ``task-governance`` (AWS's, HyperPod) or
+        ``none``."""
+        if self.queueing == "none":
+            return "none"
+        return "task-governance" if self.compute == "hyperpod" else "kueue"
+
+    @property
+    def jobs_namespace(self) -> str:
+        """Where the jobs (and what they mount) live: task governance's team namespace on HyperPod, else
+        ``training``."""
+        if self.queueing_mode == "task-governance":
+            return f"hyperpod-ns-{self.hyperpod_team}"
+        return "training"
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
@@ -445,6 +483,7 @@ def _check(c: TrainingConfig) -> list[str]:
     errors += _check_operators(c)
     errors += _check_observability(c)
     errors += _one_of("recipe", c.recipe, RECIPES)
+    errors += _check_queueing(c)
     if c.compute == "hyperpod":
         errors += _check_hyperpod(c)
     elif c.hyperpod_training_operator:
@@ -637,12 +676,37 @@ def _check_install_addons(c: TrainingConfig) -> list[str]:
         for name in names
         if name not in INSTALLABLE
     ]
+    if KUEUE.chart in names and c.queueing_mode != "kueue":
+        errors.append(
+            f"install_addons: {KUEUE.chart} is this app's Kueue for compute=eks with queueing=kueue (on HyperPod the "
+            f"task-governance add-on {TASK_GOVERNANCE_ADDON} brings its own); allowed here: "
+            + ", ".join(n for n in INSTALLABLE if n != KUEUE.chart)
+        )
+    if TASK_GOVERNANCE_ADDON in names and c.queueing_mode != "task-governance":
+        errors.append(f"install_addons: {TASK_GOVERNANCE_ADDON} needs compute=hyperpod and queueing=kueue")
     hyperpod_only = [name for name in names if name in HYPERPOD_ADDONS]
     if hyperpod_only and not (c.compute == "hyperpod" and c.uses_hyperpod_training_operator):
         errors.append(
             f"install_addons: {', '.join(hyperpod_only)} belong to the HyperPod training operator, which needs "
             "compute=hyperpod (and hyperpod_training_operator not false)"
         )
+    return errors
+
+
+def _check_queueing(c: TrainingConfig) -> list[str]:
+    errors = _one_of("queueing", c.queueing, QUEUEING)
+    if c.queueing_mode == "kueue" and c.system_instance_type not in SYSTEM_INSTANCE_TYPES:
+        errors.append(
+            f"system_instance_type: {c.system_instance_type!r} has no vCPU and memory figures for Kueue's quota of the "
+            f"system nodes; allowed: {', '.join(SYSTEM_INSTANCE_TYPES)} (or queueing=none)"
+        )
+    if not _TEAM_NAME.match(c.hyperpod_team):
+        errors.append(
+            f"hyperpod_team: {c.hyperpod_team!r} is not allowed; allowed: 1-41 of a-z, 0-9 and '-', starting and "
+            "ending with a letter or digit (the namespace hyperpod-ns-<team>)"
+        )
+    elif c.hyperpod_team != DEFAULT_HYPERPOD_TEAM and c.queueing_mode != "task-governance":
+        errors.append("hyperpod_team: only with compute=hyperpod and queueing=kueue (HyperPod task governance)")
     return errors
 
 

@@ -82,6 +82,15 @@ HYPERPOD_TRAINING_OPERATOR_ADDONS: dict[str, dict[str, str]] = {
     for version in ("1.34", "1.35")
 }
 
+# SageMaker HyperPod task governance (compute=hyperpod): AWS's add-on with its own Kueue, per Kubernetes version.
+# docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-operate-console-ui-governance-upgrade.html:
+# v1.6.0-eksbuild.1 packages a Kueue release of AWS's choice; the HyperPod training operator needs v1.3.0-eksbuild.1 or
+# later (sagemaker-eks-operator-troubleshooting). To confirm per region with `aws eks describe-addon-versions
+# --addon-name amazon-sagemaker-hyperpod-taskgovernance`.
+HYPERPOD_TASK_GOVERNANCE_ADDONS: dict[str, dict[str, str]] = {
+    version: {"amazon-sagemaker-hyperpod-taskgovernance": "v1.6.0-eksbuild.1"} for version in ("1.34", "1.35")
+}
+
 NVIDIA_DEVICE_PLUGIN = HelmChartPin(
     chart="nvidia-device-plugin",
     repository="https://nvidia.github.io/k8s-device-plugin",
@@ -128,3 +137,20 @@ TRAINING_OPERATOR_VERSION = "v1.7.0"
 # (2026-12-04; its .info and .mod are served), and serves this, the newest release below it (its
 # @v/list is stale). Our rendered RayCluster and RayJob use no field its CRDs lack (checked against both).
 KUBERAY_FALLBACK_VERSION = "v1.6.0"
+# Kueue (issue 31): the controller ``make k8s`` builds (``go install sigs.k8s.io/kueue/cmd/kueue@<pin>``, its own
+# dependency graph: k8s.io modules v0.35, so not the 1.34 wrapper module) and that the stack installs. The
+# sigs.k8s.io/kueue module ships, at each tag, the controller (cmd/kueue), its Helm chart (charts/kueue) and
+# its CRDs and webhook manifests (config/components/crd, config/components/webhook) side by side, so this
+# one pin names all three (the control plane reads the CRDs and webhooks from the module: llm_infra/rehearsal/crds.py).
+KUEUE_VERSION = "v0.17.0"
+# The Helm chart of that release, installed on plain EKS (compute=eks): the OCI chart charts/kueue/README.md names
+# at v0.17.0 (`helm install kueue oci://registry.k8s.io/kueue/charts/kueue --version="0.17.0"`). Its image is the
+# release's (hack/helm-chart-package.sh sets registry.k8s.io/kueue/kueue at the tag, IfNotPresent). aws_eks_v2's
+# kubectl handler pulls an oci:// repository with `helm pull <repository> --version <version>` (no login outside
+# ECR), so the repository names the chart itself.
+KUEUE = HelmChartPin(
+    chart="kueue",
+    repository="oci://registry.k8s.io/kueue/charts/kueue",
+    version=KUEUE_VERSION.removeprefix("v"),
+    namespace="kueue-system",
+)

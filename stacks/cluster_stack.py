@@ -12,19 +12,21 @@ from llm_infra.constructs.gpu_node_group import GpuNodeGroup
 from llm_infra.constructs.hugging_face_token import HuggingFaceToken
 from llm_infra.constructs.hyperpod_cluster import HyperPodCluster, HyperPodInstanceGroup
 from llm_infra.constructs.hyperpod_dependencies import HyperPodDependencies, chart_switches
+from llm_infra.constructs.hyperpod_task_governance import TASK_GOVERNANCE_ADDON, HyperPodTaskGovernance
 from llm_infra.constructs.hyperpod_training_operator import (
     CERT_MANAGER_ADDON,
     OPERATOR_ADDON,
     HyperPodTrainingOperator,
 )
+from llm_infra.constructs.kueue import kueue_helm_values
 from llm_infra.constructs.lustre_storage import LUSTRE_PORTS
 from llm_infra.constructs.training_cluster import ExistingTrainingCluster, TrainingCluster
 from llm_infra.constructs.training_job_role import TrainingJobRole
-from llm_infra.constructs.training_observability import TrainingObservability
+from llm_infra.constructs.training_observability import NODE_AUTO_REPAIR_XIDS, TrainingObservability
 from llm_infra.constructs.validation import ConstructValidationError
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.stacks.workloads import ClusterWorkloads, training_image_tag_prefix
-from llm_infra.versions import KUBERAY_OPERATOR
+from llm_infra.versions import KUBERAY_OPERATOR, KUEUE
 
 # The construct ID of AWS's Helm-chart stack in this stack (`llm-infra preflight` finds the deployed one by it).
 OPERATORS_ID = "Operators"
@@ -103,6 +105,13 @@ class ClusterStack(cdk.Stack):
         self.gpu_nodes: GpuNodeGroup | None = None
         self.hyperpod: HyperPodCluster | None = None
         self.training_operator: HyperPodTrainingOperator | None = None
+        self.task_governance: HyperPodTaskGovernance | None = None
+        # Gang admission: this app's Kueue on plain EKS (unless the cluster's owner runs it: install_addons).
+        self.kueue = (
+            self.training_cluster.add_pinned_helm_chart("Kueue", KUEUE, kueue_helm_values())
+            if KUEUE.chart in config.installs
+            else None
+        )
         if config.compute == "hyperpod":
             self.hyperpod = self._hyperpod(config, gpu_subnet, efa_security_group)
             cdk.CfnOutput(self, "HyperPodClusterName", value=self.hyperpod.cluster_name)
@@ -115,6 +124,19 @@ class ClusterStack(cdk.Stack):
                     hyperpod=self.hyperpod,
                     cert_manager=CERT_MANAGER_ADDON in config.installs,
                 )
+            if config.queueing_mode == "task-governance":
+                self.task_governance = HyperPodTaskGovernance(
+                    self,
+                    "TaskGovernance",
+                    training_cluster=self.training_cluster,
+                    hyperpod=self.hyperpod,
+                    team=config.hyperpod_team,
+                    addon=TASK_GOVERNANCE_ADDON in config.installs,
+                )
+                if self.training_operator is not None and self.task_governance.addon is not None:
+                    # The training operator works with task governance v1.3.0-eksbuild.1 or later only
+                    # (docs: sagemaker-eks-operator-troubleshooting): install it on the pinned one.
+                    self.training_operator.addon.node.add_dependency(self.task_governance.addon)
         else:
             self.gpu_nodes = self._gpu_node_group(config, gpu_subnet, efa_security_group)
         self.job_role = TrainingJobRole(
@@ -143,6 +165,7 @@ class ClusterStack(cdk.Stack):
             training_operator=self._job_operators(),
             image_asset=config.image_asset,
             kuberay_operator=KUBERAY_OPERATOR.chart in config.installs,
+            queues=self._queues(),
         )
         if self.workloads.training_image is not None:  # k8s_manifests/render.py reads it for the Ray pods
             cdk.CfnOutput(self, "TrainingImageUri", value=self.workloads.training_image.image_uri)
@@ -155,6 +178,15 @@ class ClusterStack(cdk.Stack):
             "UpdateKubeconfig",
             value=f"aws eks update-kubeconfig --region {self.region} --name {self.training_cluster.cluster_name}",
         )
+
+    def _queues(self) -> IDependable | None:
+        """What the jobs' queue needs: our Kueue (its CRDs and webhooks), or task governance's add-on and the
+        team's compute allocation (its namespace and LocalQueue)."""
+        if self.kueue is not None:
+            return self.kueue
+        if self.task_governance is not None:
+            return DependencyGroup(self.task_governance.compute_quota)
+        return None
 
     def _job_operators(self) -> IDependable | None:
         """What applied jobs wait for: the Kubeflow training operator (PyTorchJob), and the HyperPod
@@ -227,6 +259,11 @@ class ClusterStack(cdk.Stack):
             fsx_free_percent=config.fsx_free_alarm_percent,
             alarm_emails=config.alarm_emails,
             dashboard_name=dashboard_name,
+            # On EKS GPU nodes the node monitoring agent marks these Xids and node auto repair acts on them;
+            # HyperPod's nodes are its own health agent's (the agent's chart keeps off them).
+            repaired_xids=NODE_AUTO_REPAIR_XIDS
+            if config.compute == "eks" and "eks-node-monitoring-agent" in config.installs
+            else (),
         )
         cdk.CfnOutput(self, "AlarmTopicArn", value=observability.alarm_topic.topic_arn)
         cdk.CfnOutput(

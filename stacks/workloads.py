@@ -15,7 +15,7 @@ from llm_infra.constructs.lustre_storage import ILustreStorage
 from llm_infra.constructs.training_cluster import ExistingTrainingCluster, TrainingCluster
 from llm_infra.constructs.validation import ConstructValidationError
 from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
-from llm_infra.k8s_manifests.render import JOB_CHARTS, build_charts
+from llm_infra.k8s_manifests.render import JOB_CHARTS, QUEUES_CHART, build_charts
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_TOLERATION
 from llm_infra.versions import KUBERAY_OPERATOR, TOKENIZERS_VERSION
@@ -53,6 +53,9 @@ class ClusterWorkloads(Construct):
     HyperPodPyTorchJob); the RayCluster and recipes run on demand from ``k8s_manifests/dist/``.
     With ``image_asset``, ``training_image`` is the image ``cdk deploy`` builds from workloads/Dockerfile.
     ``kuberay_operator=False`` leaves the KubeRay operator to the cluster's owner (an existing cluster).
+    ``queues``: what makes the jobs' queue exist (this app's Kueue chart, which the queue objects wait for; on
+    HyperPod the task-governance add-on and the team's compute allocation); the GPU jobs wait for it, so
+    Kueue's webhook is serving before a job is created (one created before runs unqueued).
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class ClusterWorkloads(Construct):
         training_operator: IDependable | None = None,
         image_asset: bool = False,
         kuberay_operator: bool = True,
+        queues: IDependable | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         if apply_jobs and training_operator is None:
@@ -106,3 +110,12 @@ class ClusterWorkloads(Construct):
         if training_operator is not None:
             for name in set(charts) & set(JOB_CHARTS):
                 self.manifests[name].node.add_dependency(training_operator)
+        if queues is not None:
+            # The team namespace of task governance exists once its compute allocation does (ours is created
+            # either way); our queue objects need Kueue's CRDs; the jobs need the queue.
+            base.node.add_dependency(queues)
+            for name in set(charts) & {QUEUES_CHART, *JOB_CHARTS}:
+                self.manifests[name].node.add_dependency(queues)
+            if QUEUES_CHART in charts:
+                for name in set(charts) & set(JOB_CHARTS):
+                    self.manifests[name].node.add_dependency(self.manifests[QUEUES_CHART])

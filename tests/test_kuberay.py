@@ -124,8 +124,9 @@ def test_the_schema_and_rule_checks_catch_mistakes() -> None:
     mistakes: dict[str, Callable[[dict[str, Any]], None]] = {
         "BackoffLimit is incompatible with ClusterSelector": lambda s: s.update(clusterSelector={CLUSTER_LABEL: "ray"}),
         "requires shutdownAfterJobFinishes": lambda s: s.update(shutdownAfterJobFinishes=False),
-        "restartPolicy should be Never": lambda s: workers(s["rayClusterSpec"])["template"]["spec"].update(
-            restartPolicy="OnFailure"
+        "restartPolicy should be Never": lambda s: (
+            s["rayClusterSpec"].update(enableInTreeAutoscaling=True, autoscalerOptions={"version": "v2"}),
+            workers(s["rayClusterSpec"])["template"]["spec"].update(restartPolicy="OnFailure"),
         ),
         "minimum Ray version is 2.52.0": lambda s: s["rayClusterSpec"].update(rayVersion="2.50.0"),
     }
@@ -200,14 +201,16 @@ def test_rays_autoscaler_sees_what_the_nodes_and_pods_provide(deployment) -> Non
         # What the raylet registers: KubeRay hands rayStartParams num-cpus to `ray start` (without it the
         # raylet would count every vCPU of the host), and --num-gpus and --memory from the limits read above.
         assert workers(spec)["rayStartParams"]["num-cpus"] == str(gpu["resources"]["CPU"]), source
-        # No GPU node until work asks for one; at most gpu_nodes_max.
-        assert workers(spec)["replicas"] == 0, source
-        assert (gpu["min_workers"], gpu["max_workers"]) == (0, gpu_nodes_max), source
-        assert derived["max_workers"] == gpu_nodes_max
+        # The RayCluster: no GPU node until work asks for one; at most gpu_nodes_max. The RayJob's: gpu_nodes
+        # workers from the start, a gang Kueue admits whole (issue 31: no autoscaler under Kueue).
+        low, high = (0, gpu_nodes_max) if source == "RayCluster" else (config.gpu_nodes, config.gpu_nodes)
+        assert workers(spec)["replicas"] == low, source
+        assert (gpu["min_workers"], gpu["max_workers"]) == (low, high), source
+        assert derived["max_workers"] == high
         v2_gpu = node_types["gpu"]
         assert (v2_gpu.min_worker_nodes, v2_gpu.max_worker_nodes, v2_gpu.resources) == (
-            0,
-            gpu_nodes_max,
+            low,
+            high,
             gpu["resources"],
         ), source
         assert node_types["headgroup"].resources == head["resources"], source

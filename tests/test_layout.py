@@ -133,6 +133,7 @@ def test_app_writes_the_charts_as_yaml_when_asked(tmp_path: Path) -> None:
     assert {p.name for p in dist.glob("*.yaml")} == {
         "base.k8s.yaml",
         "kuberay.k8s.yaml",
+        "kueue-queues.k8s.yaml",
         "node-monitoring.k8s.yaml",
         "validation.k8s.yaml",
         "training-job.k8s.yaml",

@@ -92,10 +92,13 @@ def pod_spec(obj: dict) -> dict:
 @pytest.mark.parametrize("mode", ["eks", "hyperpod"])
 def test_every_manifest_passes_its_schema(request, mode: str) -> None:
     charts = request.getfixturevalue(mode)
-    assert set(charts) == set(CHARTS)
+    # Our Kueue's queue objects on plain EKS (task governance's are AWS's); validated in tests/test_queueing.py.
+    assert set(charts) == set(CHARTS) | ({"kueue-queues"} if mode == "eks" else set())
     checked = {}
     for name, docs in charts.items():
         for doc in docs:
+            if doc["apiVersion"].startswith("kueue.x-k8s.io/"):
+                continue
             checked[f"{name}/{doc['kind']}/{doc['metadata']['name']}"] = validate_object(doc, KUBERNETES_VERSION)
     kinds = {key.split("/")[1] for key in checked}
     assert {"RayCluster", "RayJob", "Job", "PersistentVolume", "ConfigMap", "NetworkPolicy"} <= kinds
@@ -127,6 +130,7 @@ def test_without_deploy_outputs_the_fsx_volume_is_left_out(tmp_path: Path) -> No
     assert {f.name for f in files} == {
         "base.k8s.yaml",
         "kuberay.k8s.yaml",
+        "kueue-queues.k8s.yaml",
         "node-monitoring.k8s.yaml",
         "validation.k8s.yaml",
         "training-job.k8s.yaml",
@@ -301,6 +305,19 @@ def test_one_node_gates_on_nvlink_bandwidth_without_an_efa_transport(tmp_path: P
     assert "--min-busbw-gbps=400" in allreduce and "--expect-efa-transport" not in allreduce
 
 
+def test_p6_b200_validation_expects_its_gpus_efa_and_bandwidth_floors(tmp_path: Path) -> None:
+    charts = render(tmp_path, TrainingConfig(gpu_instance_type="p6-b200.48xlarge"))
+    health = pod_spec(by_kind(charts, "Job", "validation-1-health"))["containers"][0]["command"]
+    assert {"--expected-gpus=8", "--expected-efa=8", "--gpu-name=B200"} <= set(health)
+    allreduce = pod_spec(by_kind(charts, "PyTorchJob", "validation-2-allreduce"))["containers"][0]["command"]
+    assert "--min-busbw-gbps=375" in allreduce and "--expect-efa-transport" in allreduce
+    limits = pod_spec(by_kind(charts, "PyTorchJob", "train"))["containers"][0]["resources"]["limits"]
+    assert (limits["nvidia.com/gpu"], limits["vpc.amazonaws.com/efa"]) == (8, 8)
+    one_node = render(tmp_path / "one", TrainingConfig(gpu_instance_type="p6-b200.48xlarge", gpu_nodes=1))
+    allreduce = pod_spec(by_kind(one_node, "PyTorchJob", "validation-2-allreduce"))["containers"][0]["command"]
+    assert "--min-busbw-gbps=600" in allreduce  # NVLink 5 (instance_types.py)
+
+
 def test_xid_monitor_runs_on_every_gpu_node_even_unhealthy_ones(eks) -> None:
     daemonset = by_kind(eks, "DaemonSet", "gpu-xid-monitor")
     spec = daemonset["spec"]["template"]["spec"]
@@ -353,10 +370,12 @@ def test_every_pod_not_privileged_by_design_drops_every_capability(request, mode
                 added[f"{name}/{container['name']}"] = context["capabilities"]["add"]
     # The one capability added back: CHOWN, for the init container that hands Redis its FSx directory.
     assert added == {"Deployment/ray-gcs-redis/data-owner": ["CHOWN"]}
-    # KubeRay's autoscaler sidecar in each head gets the same (autoscalerOptions.securityContext).
+    # KubeRay's autoscaler sidecar in the RayCluster's head gets the same (autoscalerOptions.securityContext);
+    # the RayJob's cluster has no autoscaler (a fixed gang under Kueue).
     charts = request.getfixturevalue(mode)
-    for cluster in (by_kind(charts, "RayCluster")["spec"], by_kind(charts, "RayJob")["spec"]["rayClusterSpec"]):
-        assert cluster["autoscalerOptions"]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    cluster = by_kind(charts, "RayCluster")["spec"]
+    assert cluster["autoscalerOptions"]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "autoscalerOptions" not in by_kind(charts, "RayJob")["spec"]["rayClusterSpec"]
 
 
 @pytest.mark.parametrize("mode", ["eks", "hyperpod"])
@@ -411,7 +430,7 @@ def test_the_ray_pods_run_the_configured_ray_image(eks, hyperpod) -> None:
 def test_without_a_ray_image_no_ray_manifests_are_rendered(tmp_path: Path) -> None:
     # Deployed without image_asset (no TrainingImageUri output) and no ray_image: no image holds Ray.
     charts = render(tmp_path, TrainingConfig())
-    assert set(charts) == set(CHARTS) - {"kuberay"}
+    assert set(charts) == set(CHARTS) - {"kuberay"} | {"kueue-queues"}
     assert "ray.io" not in yaml.safe_dump_all([d for docs in charts.values() for d in docs])
 
 
@@ -501,7 +520,7 @@ class YamlSnapshot(SingleFileSnapshotExtension):
     file_extension = "yaml"
 
 
-@pytest.mark.parametrize("chart", CHARTS)
+@pytest.mark.parametrize("chart", [*CHARTS, "kueue-queues"])
 def test_manifest_snapshot(eks, snapshot, chart: str) -> None:
     # ConfigMaps carry the workloads/ and data_prep/ folders (asserted equal elsewhere): snapshot their keys only.
     documents = [dict(d, data=sorted(d["data"])) if d["kind"] == "ConfigMap" else d for d in eks[chart]]

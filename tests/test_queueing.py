@@ -1,0 +1,395 @@
+"""Gang admission (issue 31, items 1-2): this app's Kueue on plain EKS (the chart's values, the queue objects
+against the pinned release's CRDs, the quota), AWS's task governance on HyperPod (the add-on, the cluster
+policy, the compute allocation, no Kueue chart), and the queue labels on our jobs in both modes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import cdk8s
+import jsonschema
+import pytest
+import yaml
+from aws_cdk.assertions import Match, Template
+
+from conftest import RAY_TEST_IMAGE, hyperpod_config
+from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.k8s_manifests.render import QUEUES_CHART, build_charts
+from llm_infra.k8s_manifests.values import WorkloadValues
+from llm_infra.queueing import (
+    GPU_NODE_DAEMONSETS,
+    KUEUE_INTEGRATIONS,
+    MAX_PODS,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    SYSTEM_INSTANCE_TYPES,
+    SYSTEM_NODE_DAEMONSETS,
+    XID_MONITOR_REQUESTS,
+    kubelet_reserved_memory_mib,
+    node_group_quota,
+)
+from llm_infra.versions import EKS_ADDONS, HYPERPOD_TASK_GOVERNANCE_ADDONS, KUEUE, KUEUE_VERSION
+
+JOB_KINDS = ("PyTorchJob", "HyperPodPyTorchJob", "Job", "RayJob")
+HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"
+
+
+def charts(config: TrainingConfig) -> dict[str, list[dict[str, Any]]]:
+    built = build_charts(cdk8s.App(), WorkloadValues.from_config(config), recipe=True)
+    return {name: chart.to_json() for name, chart in built.items()}
+
+
+@pytest.fixture(scope="module")
+def eks_charts() -> dict[str, list[dict[str, Any]]]:
+    return charts(TrainingConfig(ray_image=RAY_TEST_IMAGE))
+
+
+@pytest.fixture(scope="module")
+def hyperpod_charts() -> dict[str, list[dict[str, Any]]]:
+    return charts(hyperpod_config(ray_image=RAY_TEST_IMAGE))
+
+
+def of_kind(built: dict[str, list[dict[str, Any]]], *kinds: str) -> list[dict[str, Any]]:
+    return [doc for docs in built.values() for doc in docs if doc["kind"] in kinds]
+
+
+def pod_templates(job: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = job["spec"]
+    if job["kind"] == "PyTorchJob":
+        return [r["template"] for r in spec["pytorchReplicaSpecs"].values()]
+    if job["kind"] == "HyperPodPyTorchJob":
+        return [r["template"] for r in spec["replicaSpecs"]]
+    if job["kind"] == "Job":
+        return [spec["template"]]
+    return []  # RayJob: KubeRay makes the pods of its cluster
+
+
+# ---- the quota --------------------------------------------------------------------------------------
+def test_the_quota_is_the_nodes_allocatable_less_the_daemonsets() -> None:
+    """Per node: the vCPUs less the AMI's kube-reserved CPU, the memory less 11 MiB x 110 pods + 255 MiB and the
+    100 MiB eviction threshold, less the hugepages, less the DaemonSets; GPUs and EFA devices whole; x nodes."""
+    quota = node_group_quota(
+        vcpus=192, memory_gib=2048, nodes=2, daemonsets=(760, 487), gpus=8, efa_devices=32, hugepages_mib=10240
+    )
+    reserved_cpu = 60 + 10 + 2 * 5 + 188 * 2.5
+    assert quota["cpu"] == f"{2 * int(192_000 - reserved_cpu - 760)}m"
+    assert quota["memory"] == f"{2 * (2048 * 1024 - (11 * 110 + 255 + 100) - 10240 - 487)}Mi"
+    assert (quota["nvidia.com/gpu"], quota["vpc.amazonaws.com/efa"], quota["hugepages-2Mi"]) == ("16", "64", "20480Mi")
+    with pytest.raises(ValueError, match="take a whole node"):
+        node_group_quota(vcpus=1, memory_gib=4, nodes=1, daemonsets=(2000, 0))
+
+
+def test_the_cluster_queue_quota_follows_the_config() -> None:
+    """The default app: the system flavour first, without GPUs; the GPU node group's with every add-on a new
+    cluster installs and our Xid monitor taken off; 256 nodes scale it; efa=false takes no EFA device."""
+    config = TrainingConfig()
+    system, gpu = WorkloadValues.from_config(config).queues.flavors  # type: ignore[union-attr]
+    assert system.quota["nvidia.com/gpu"] == "0" and system.node_labels == {"llm-infra.aws/node-role": "system"}
+    daemonsets = [GPU_NODE_DAEMONSETS[name] for name in config.installs if name in GPU_NODE_DAEMONSETS]
+    cpu = sum(c for c, _ in daemonsets) + XID_MONITOR_REQUESTS[0]
+    memory = sum(m for _, m in daemonsets) + XID_MONITOR_REQUESTS[1]
+    expected = node_group_quota(
+        vcpus=192,
+        memory_gib=2048,
+        nodes=config.gpu_nodes,
+        daemonsets=(cpu, memory),
+        gpus=8,
+        efa_devices=32,
+        hugepages_mib=2 * config.hugepages_2mib,
+    )
+    assert gpu.quota == expected and gpu.node_taints == ({"key": "nvidia.com/gpu", "effect": "NoSchedule"},)
+    big = WorkloadValues.from_config(config.with_(gpu_nodes=256, efa=False)).queues.flavors[1].quota  # type: ignore[union-attr]
+    assert big["nvidia.com/gpu"] == "2048" and big["vpc.amazonaws.com/efa"] == "0"
+
+
+def _millicpu(value: str) -> int:
+    return int(value[:-1]) if value.endswith("m") else int(float(value) * 1000)
+
+
+def _mib(value: str) -> int:
+    return int(value[:-2]) * (1024 if value.endswith("Gi") else 1)
+
+
+def _requests(templates: list[Any]) -> tuple[int, int]:
+    cpu = memory = 0
+    for template in templates:
+        for container in template.spec["containers"]:
+            wanted = container.get("resources", {}).get("requests", {})
+            cpu += _millicpu(str(wanted.get("cpu", "0")))
+            memory += _mib(str(wanted.get("memory", "0Mi")))
+    return cpu, memory
+
+
+def test_the_figures_are_the_rehearsals() -> None:
+    """The nodes' reservations and the add-ons' DaemonSet requests are those of the rehearsal's models (one
+    reading of the upstream sources: llm_infra/rehearsal/deploy_workloads.py and upstream_charts.py)."""
+    from llm_infra.rehearsal import deploy_workloads, upstream_charts
+
+    assert SYSTEM_INSTANCE_TYPES.items() <= deploy_workloads.CPU_INSTANCE_TYPES.items()
+    capacity, allocatable = deploy_workloads._resources("p5.48xlarge", 192, 2048, 10240)
+    assert deploy_workloads.MAX_PODS.get("p5.48xlarge", 110) == MAX_PODS
+    assert capacity["memory"] - allocatable["memory"] == kubelet_reserved_memory_mib(MAX_PODS) + 10240
+    for name, version in EKS_ADDONS[TrainingConfig().kubernetes_version].items():
+        if name == "coredns":
+            continue
+        daemons = [t for t in upstream_charts.addon_pods(name, version) if t.daemon]
+        assert _requests(daemons) == GPU_NODE_DAEMONSETS[name], name
+        # The DCGM pieces go to NVIDIA instance types only.
+        assert _requests([t for t in daemons if "dcgm" not in t.name]) == SYSTEM_NODE_DAEMONSETS[name], name
+
+
+# ---- this app's Kueue (plain EKS) -------------------------------------------------------------------
+def test_eks_installs_the_pinned_kueue_chart(default_app) -> None:
+    template = Template.from_json(default_app.template("cluster"))
+    template.has_resource_properties(
+        HELM_CHART,
+        {
+            "Chart": KUEUE.chart,
+            "Repository": "oci://registry.k8s.io/kueue/charts/kueue",
+            "Version": KUEUE_VERSION.removeprefix("v"),
+            "Namespace": "kueue-system",
+            "CreateNamespace": True,
+        },
+    )
+    (kueue,) = [r for r in default_app.resources("cluster", HELM_CHART).values() if r["Properties"]["Chart"] == "kueue"]
+    values = json.loads(kueue["Properties"]["Values"])
+    assert values["controllerManager"]["nodeSelector"] == {"llm-infra.aws/node-role": "system"}
+    configuration = yaml.safe_load(values["managerConfig"]["controllerManagerConfigYaml"])
+    assert configuration["waitForPodsReady"] == {
+        "timeout": "15m",
+        "blockAdmission": True,
+        "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 1800},
+    }
+    assert configuration["manageJobsWithoutQueueName"] is True
+    (excluded,) = configuration["managedJobsNamespaceSelector"]["matchExpressions"]
+    assert excluded["operator"] == "NotIn" and {"kube-system", "kueue-system", "kuberay-system"} <= set(
+        excluded["values"]
+    )
+    assert "training" not in excluded["values"]
+    assert configuration["integrations"]["frameworks"] == ["batch/job", "kubeflow.org/pytorchjob", "ray.io/rayjob"]
+    # The queue objects wait for the chart (its CRDs, its webhook); the jobs for the queue objects.
+    resources = default_app.template("cluster")["Resources"]
+    (kueue_id,) = [k for k, r in resources.items() if r["Type"] == HELM_CHART and r["Properties"]["Chart"] == "kueue"]
+    queues_id = next(k for k in resources if k.startswith(f"EksClusterChart{QUEUES_CHART.replace('-', '')}"))
+    assert kueue_id in resources[queues_id]["DependsOn"]
+    for job_chart in ("validation", "trainingjob"):
+        job_id = next((k for k in resources if k.startswith(f"EksClusterChart{job_chart}")), None)
+        if job_id is not None:  # apply_jobs: the jobs are applied at deploy
+            assert queues_id in resources[job_id]["DependsOn"]
+
+
+def test_kueue_configuration_is_valid_for_the_pinned_release() -> None:
+    """The Configuration's fields as kueue v0.17.0 apis/config/v1beta2 names them (the chart templates read
+    ``integrations`` and ``managedJobsNamespaceSelector`` from it for the webhooks)."""
+    from llm_infra.constructs.kueue import kueue_configuration
+
+    configuration = kueue_configuration()
+    assert configuration["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
+    assert "ray.io/raycluster" not in KUEUE_INTEGRATIONS  # the always-on RayCluster stays outside Kueue
+    types = _kueue_file("apis/config/v1beta2/configuration_types.go")
+    for key in ("waitForPodsReady", "manageJobsWithoutQueueName", "managedJobsNamespaceSelector", "integrations"):
+        assert f'json:"{key}' in types, key
+    for key in ("blockAdmission", "requeuingStrategy", "backoffBaseSeconds", "backoffMaxSeconds", "timestamp"):
+        assert f'json:"{key}' in types, key
+
+
+def test_queue_objects_pass_the_kueue_crds(eks_charts) -> None:
+    docs = eks_charts[QUEUES_CHART]
+    kinds = sorted(doc["kind"] for doc in docs)
+    assert kinds == ["ClusterQueue", "LocalQueue", "ResourceFlavor", "ResourceFlavor"] + ["WorkloadPriorityClass"] * 2
+    for doc in docs:
+        errors = sorted(_crd_validator(doc["kind"]).iter_errors(doc), key=str)
+        assert not errors, f"{doc['kind']}/{doc['metadata']['name']}: {errors[0].message} at {list(errors[0].path)}"
+    (queue,) = [d for d in docs if d["kind"] == "ClusterQueue"]
+    (group,) = queue["spec"]["resourceGroups"]
+    assert [f["name"] for f in group["flavors"]] == ["system", "gpu-p5-48xlarge"]
+    assert set(group["coveredResources"]) >= {"cpu", "memory", "nvidia.com/gpu", "vpc.amazonaws.com/efa"}
+    (local,) = [d for d in docs if d["kind"] == "LocalQueue"]
+    assert (local["metadata"]["name"], local["metadata"]["namespace"]) == ("default", "training")
+    assert local["spec"]["clusterQueue"] == queue["metadata"]["name"]
+    # The CRD check catches a mistake.
+    broken = copy.deepcopy(queue)
+    broken["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuotaa"] = "1"
+    assert list(_crd_validator("ClusterQueue").iter_errors(broken))
+
+
+def test_our_jobs_name_the_queue_on_eks(eks_charts) -> None:
+    jobs = of_kind(eks_charts, *JOB_KINDS)
+    assert {j["kind"] for j in jobs} == {"PyTorchJob", "Job", "RayJob"}
+    for job in jobs:
+        labels = job["metadata"]["labels"]
+        assert labels[QUEUE_LABEL] == "default", job["metadata"]["name"]
+        validation = job["metadata"]["name"].startswith("validation-")
+        assert labels[PRIORITY_LABEL] == ("validation-priority" if validation else "training-priority")
+        for template in pod_templates(job):
+            assert template["metadata"]["labels"][QUEUE_LABEL] == "default"
+
+
+def test_the_always_on_raycluster_stays_outside_kueue_and_the_rayjob_is_a_gang(eks_charts) -> None:
+    """The RayCluster autoscales (Kueue 0.17 would refuse it: the raycluster integration is off and it names no
+    queue); the RayJob's cluster is fixed, as Kueue's RayJob webhook demands of a queued one (kueue v0.17.0
+    pkg/controller/jobs/rayjob/rayjob_webhook.go validateCreate: shutdownAfterJobFinishes, no clusterSelector,
+    no autoscaling, at most 7 worker groups, none named head)."""
+    (cluster,) = of_kind(eks_charts, "RayCluster")
+    assert cluster["spec"]["enableInTreeAutoscaling"] is True
+    assert QUEUE_LABEL not in cluster["metadata"].get("labels", {})
+    (job,) = of_kind(eks_charts, "RayJob")
+    spec = job["spec"]
+    assert spec["shutdownAfterJobFinishes"] is True and "clusterSelector" not in spec
+    assert not spec["rayClusterSpec"].get("enableInTreeAutoscaling", False)
+    (workers,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+    nodes = TrainingConfig().gpu_nodes
+    assert (workers["replicas"], workers["minReplicas"], workers["maxReplicas"]) == (nodes, nodes, nodes)
+    assert workers["groupName"] != "head"
+    webhook = _kueue_file("pkg/controller/jobs/raycluster/raycluster_webhook.go")
+    assert "a kueue managed job can use autoscaling only when the ElasticJobsViaWorkloadSlices" in webhook
+
+
+def test_queueing_none_renders_no_queue() -> None:
+    built = charts(TrainingConfig(queueing="none", ray_image=RAY_TEST_IMAGE))
+    assert QUEUES_CHART not in built
+    for job in of_kind(built, *JOB_KINDS):
+        assert QUEUE_LABEL not in job["metadata"]["labels"]
+    assert "kueue" not in TrainingConfig(queueing="none").installs
+
+
+# ---- HyperPod: task governance ----------------------------------------------------------------------
+def test_hyperpod_jobs_run_in_the_team_namespace_with_its_labels(hyperpod_charts) -> None:
+    assert QUEUES_CHART not in hyperpod_charts  # AWS's queues
+    jobs = of_kind(hyperpod_charts, *JOB_KINDS)
+    assert "HyperPodPyTorchJob" in {j["kind"] for j in jobs}
+    for job in jobs:
+        assert job["metadata"]["namespace"] == "hyperpod-ns-training"
+        labels = job["metadata"]["labels"]
+        assert labels[QUEUE_LABEL] == "hyperpod-ns-training-localqueue"
+        assert labels[PRIORITY_LABEL] in ("training-priority", "validation-priority")
+        for template in pod_templates(job):
+            assert template["metadata"]["labels"][QUEUE_LABEL] == labels[QUEUE_LABEL]
+    (namespace,) = of_kind(hyperpod_charts, "Namespace")
+    assert namespace["metadata"]["name"] == "hyperpod-ns-training"
+    team = charts(hyperpod_config(hyperpod_team="vision"))
+    assert {j["metadata"]["labels"][QUEUE_LABEL] for j in of_kind(team, *JOB_KINDS)} == {
+        "hyperpod-ns-vision-localqueue"
+    }
+
+
+def test_hyperpod_installs_task_governance_not_our_kueue(synth) -> None:
+    config = hyperpod_config()
+    app = synth(config)
+    cluster = app.template("cluster")
+    template = Template.from_json(cluster)
+    assert all(r["Properties"]["Chart"] != "kueue" for r in app.resources("cluster", HELM_CHART).values())
+    addon_version = HYPERPOD_TASK_GOVERNANCE_ADDONS[config.kubernetes_version][
+        "amazon-sagemaker-hyperpod-taskgovernance"
+    ]
+    template.has_resource_properties(
+        "AWS::EKS::Addon",
+        {
+            "AddonName": "amazon-sagemaker-hyperpod-taskgovernance",
+            "AddonVersion": addon_version,
+            "ResolveConflicts": "OVERWRITE",
+        },
+    )
+    template.has_resource_properties(
+        "AWS::SageMaker::ClusterSchedulerConfig",
+        {
+            "ClusterArn": {"Fn::GetAtt": [Match.any_value(), "ClusterArn"]},
+            "SchedulerConfig": {
+                "PriorityClasses": [{"Name": "validation", "Weight": 90}, {"Name": "training", "Weight": 70}],
+                "FairShare": "Disabled",
+            },
+        },
+    )
+    template.has_resource_properties(
+        "AWS::SageMaker::ComputeQuota",
+        {
+            "ClusterArn": {"Fn::GetAtt": [Match.any_value(), "ClusterArn"]},
+            "ComputeQuotaTarget": {"TeamName": "training"},
+            "ComputeQuotaConfig": {
+                "ComputeQuotaResources": [{"InstanceType": "ml.p5.48xlarge", "Count": config.gpu_nodes}],
+                "ResourceSharingConfig": {"Strategy": "DontLend"},
+                "PreemptTeamTasks": "Never",
+            },
+        },
+    )
+    resources = cluster["Resources"]
+    (quota_id,) = [k for k, r in resources.items() if r["Type"] == "AWS::SageMaker::ComputeQuota"]
+    (addon_id,) = [
+        k
+        for k, r in resources.items()
+        if r["Type"] == "AWS::EKS::Addon" and r["Properties"]["AddonName"].endswith("taskgovernance")
+    ]
+    assert addon_id in resources[quota_id]["DependsOn"]
+    base_id = next(k for k in resources if k.startswith("EksClusterChartbase"))
+    assert quota_id in resources[base_id]["DependsOn"]
+
+
+# ---- config ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"queueing": "volcano"}, "queueing: 'volcano' is not allowed; allowed: kueue, none"),
+        ({"hyperpod_team": "Team_A"}, "hyperpod_team: 'Team_A' is not allowed; allowed: 1-41 of a-z"),
+        ({"hyperpod_team": "vision"}, "hyperpod_team: only with compute=hyperpod and queueing=kueue"),
+        ({"system_instance_type": "m6i.large"}, "system_instance_type: 'm6i.large' has no vCPU and memory"),
+    ],
+)
+def test_bad_queueing_config_names_the_key(changes: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        TrainingConfig(**changes).validate()
+
+
+def test_existing_cluster_brings_its_own_kueue_or_installs_ours() -> None:
+    existing = {
+        "existing_vpc_id": "vpc-0123456789abcdef0",
+        "existing_private_subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef1",
+        "existing_nat_gateway_id": "nat-0123456789abcdef0",
+        "existing_cluster_name": "theirs",
+        "existing_cluster_security_group_id": "sg-0123456789abcdef0",
+    }
+    assert "kueue" not in TrainingConfig(**existing).installs  # theirs: our queue objects only
+    assert WorkloadValues.from_config(TrainingConfig(**existing)).queues is not None
+    assert "kueue" in TrainingConfig(**existing, install_addons="kueue").installs
+    with pytest.raises(ConfigError, match="install_addons: kueue is this app's Kueue for compute=eks"):
+        TrainingConfig(**existing, compute="hyperpod", install_addons="kueue").validate()
+    with pytest.raises(ConfigError, match="install_addons: amazon-sagemaker-hyperpod-taskgovernance needs"):
+        TrainingConfig(**existing, install_addons="amazon-sagemaker-hyperpod-taskgovernance").validate()
+
+
+# ---- the pinned release's sources --------------------------------------------------------------------
+@cache
+def _kueue_module() -> Path:
+    """The sigs.k8s.io/kueue module at the pin, from Go's module cache (``make k8s`` puts it there)."""
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    try:
+        cache_dir = subprocess.run(
+            ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True, env=env
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no Go toolchain: the Kueue module's CRDs are read from Go's module cache")
+    module = Path(cache_dir) / f"sigs.k8s.io/kueue@{KUEUE_VERSION}"
+    if not module.is_dir():
+        pytest.skip(f"{module} is not there: `go mod download sigs.k8s.io/kueue@{KUEUE_VERSION}` (or make k8s)")
+    return module
+
+
+def _kueue_file(path: str) -> str:
+    return (_kueue_module() / path).read_text()
+
+
+@cache
+def _crd_validator(kind: str) -> jsonschema.Draft7Validator:
+    from manifest_validation import _structural_to_jsonschema
+
+    plural = f"{kind.lower()}es" if kind.endswith("s") else f"{kind.lower()}s"
+    (crd,) = [d for d in yaml.safe_load_all(_kueue_file(f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml"))]
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta2" and v.get("served")]
+    schema = _structural_to_jsonschema(copy.deepcopy(served["schema"]["openAPIV3Schema"]))
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)
