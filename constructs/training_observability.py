@@ -24,6 +24,10 @@ GIB = 1024**3
 PARSED_LOG = "$.log_processed"
 HYPERPOD_UNHEALTHY_STATUSES = ("unschedulable_pending_replacement", "unschedulable_pending_reboot")
 HYPERPOD_STATUSES = ("schedulable", "unschedulable", *HYPERPOD_UNHEALTHY_STATUSES)
+# The Xids the EKS node monitoring agent calls fatal at its pin: it sets AcceleratedHardwareReady=False, on which
+# EKS node auto repair reboots or replaces the node; any other Xid is a Kubernetes event only
+# (aws/eks-node-monitoring-agent v1.7.0, monitors/nvidia/dcgm/dcgm_policies.go, WellKnownXidCodes).
+NODE_AUTO_REPAIR_XIDS = (46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158)
 
 
 def payload_filter(event: str, extra: str = "") -> logs.IFilterPattern:
@@ -41,9 +45,11 @@ class TrainingObservability(Construct):
     add-on's application log group that read the JSON lines of ``train.py`` (tokens/s, loss,
     the throughput heartbeat) and ``xid_monitor.py`` (Xid errors).
 
-    Alarms: a failed node; a HyperPod node pending reboot or replacement; a fatal GPU Xid; FSx
-    free capacity below ``fsx_free_percent``; a stalled job (the heartbeat's tokens/s below
-    ``stall_fraction`` of its recent median for ``stall_minutes``).
+    Alarms: a failed node; a HyperPod node pending reboot or replacement; a fatal GPU Xid that
+    nothing repairs (``repaired_xids``: the Xids a platform agent already marks for repair, such as
+    :data:`NODE_AUTO_REPAIR_XIDS` with the EKS node monitoring agent, are left to it); FSx free capacity
+    below ``fsx_free_percent``; a stalled job (the heartbeat's tokens/s below ``stall_fraction`` of its
+    recent median for ``stall_minutes``).
     """
 
     def __init__(
@@ -62,6 +68,7 @@ class TrainingObservability(Construct):
         fsx_free_percent: float = float(DEFAULT_FSX_FREE_ALARM_PERCENT),
         alarm_emails: Sequence[str] = (),
         dashboard_name: str | None = None,
+        repaired_xids: Sequence[int] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         # Thresholds and periods are computed here (math expressions, evaluation periods): known at synth.
@@ -87,6 +94,7 @@ class TrainingObservability(Construct):
         self.cluster_name = cluster_name
         self.metric_namespace = metric_namespace
         self.hyperpod = hyperpod
+        self.repaired_xids = tuple(repaired_xids)
 
         self.alarm_topic = self._alarm_topic(alarm_emails)
         self._payload_metric_filters(application_log_group)
@@ -141,7 +149,7 @@ class TrainingObservability(Construct):
             "TrainingLoss": ("step", "", f"{PARSED_LOG}.loss"),
             "ThroughputVsMedian": ("throughput", f"{PARSED_LOG}.vs_median >= 0", f"{PARSED_LOG}.vs_median"),
             "GpuXidErrors": ("gpu_xid", "", "1"),
-            "FatalGpuXidErrors": ("gpu_xid", f"{PARSED_LOG}.fatal IS TRUE", "1"),
+            "FatalGpuXidErrors": ("gpu_xid", " && ".join(self._unrepaired_fatal_clauses()), "1"),
         }
         for name, (event, extra, value) in filters.items():
             logs.MetricFilter(
@@ -153,6 +161,10 @@ class TrainingObservability(Construct):
                 metric_name=name,
                 metric_value=value,
             )
+
+    def _unrepaired_fatal_clauses(self) -> list[str]:
+        """A fatal Xid (as the health check judges it) that no platform agent marks for repair."""
+        return [f"{PARSED_LOG}.fatal IS TRUE", *(f"{PARSED_LOG}.xid != {xid}" for xid in self.repaired_xids)]
 
     # ---- alarms -------------------------------------------------------------------------------
     def _alarm_topic(self, emails: Sequence[str]) -> sns.Topic:
@@ -210,7 +222,12 @@ class TrainingObservability(Construct):
             self.payload_metric("FatalGpuXidErrors", "Sum", 5).create_alarm(
                 self,
                 "GpuFatalXidAlarm",
-                alarm_description="A GPU logged a fatal Xid error (xid_monitor.py): the node needs attention.",
+                alarm_description=(
+                    "A GPU logged a fatal Xid error that node auto repair does not act on (xid_monitor.py): the "
+                    "node needs attention."
+                    if self.repaired_xids
+                    else "A GPU logged a fatal Xid error (xid_monitor.py): the node needs attention."
+                ),
                 threshold=1,
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 evaluation_periods=1,

@@ -20,7 +20,8 @@ class NodeMonitoringChart(cdk8s.Chart):
     it collects no Xid errors, so this follows ``/dev/kmsg`` (hence privileged, with the device
     mounted read-only) and logs each Xid as a JSON line, which the add-on's Fluent Bit ships to
     the application log group where a metric filter counts it. It tolerates HyperPod's
-    unhealthy taints: a node that is failing is the one to watch.
+    unhealthy taints: a node that is failing is the one to watch. The EKS node monitoring agent marks
+    nodes for node auto repair but publishes no metric: this stays the Xid metric beside it.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, values: WorkloadValues) -> None:

@@ -118,7 +118,7 @@ class NodeRecovery(Loop):
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         healthy = {"type": GPU_CONDITION, "status": "True", "reason": "NvidiaAcceleratedHardwareIsReady"}
         healthy |= {"message": "", "lastTransitionTime": now, "lastHeartbeatTime": now}
-        kube.patch_status("v1", "Node", self.node, {"conditions": [healthy]})
+        kube.patch_status("v1", "Node", self.node, {"status": {"conditions": [healthy]}})
 
     def _repair_due(self, kube: Kube) -> bool:
         """Node auto repair's wait: the Xid condition False (again, after the heartbeat) for repair_after."""

@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+import byo
 import pytest
 from aws_cdk.assertions import Match, Template
 from payload.conftest import SMALL, json_lines
@@ -14,6 +15,7 @@ from conftest import hyperpod_config
 from llm_infra.cli import main as cli_main
 from llm_infra.cli.dashboard_diagram import dashboard_body, render, widget_lines
 from llm_infra.config import ConfigError, TrainingConfig
+from llm_infra.constructs.training_observability import NODE_AUTO_REPAIR_XIDS
 from llm_infra.workloads.throughput import ThroughputMonitor
 from llm_infra.workloads.xid_monitor import xid_records
 
@@ -172,7 +174,7 @@ def test_dashboard_shows_gpu_efa_fsx_nodes_and_training(default_app) -> None:
 
 
 # ---- metric filters read what the payload really logs -----------------------------------------------
-CLAUSE = re.compile(r'^\$\.(?P<path>[\w.]+)\s*(?:(?P<op>=|>=)\s*(?P<value>"[^"]*"|[\d.]+)|IS (?P<bool>TRUE|FALSE))$')
+CLAUSE = re.compile(r'^\$\.(?P<path>[\w.]+)\s*(?:(?P<op>!=|=|>=)\s*(?P<value>"[^"]*"|[\d.]+)|IS (?P<bool>TRUE|FALSE))$')
 
 
 def field(event: dict[str, Any], path: str) -> Any:
@@ -196,6 +198,9 @@ def matches(pattern: str, event: dict[str, Any]) -> bool:
         elif m["value"].startswith('"'):
             if value != m["value"][1:-1]:
                 return False
+        elif m["op"] == "!=":
+            if value == float(m["value"]):
+                return False
         elif not isinstance(value, (int, float)) or not value >= float(m["value"]):
             return False
     return True
@@ -218,6 +223,7 @@ def payload_events(torch_launch) -> list[dict[str, Any]]:
     records = json_lines(result.stdout)
     records += list(xid_records(["NVRM: Xid (PCI:0000:a8:00): 79, pid=0, GPU has fallen off the bus."], "n1"))
     records += list(xid_records(["NVRM: Xid (PCI:0000:53:00): 13, pid=42, Graphics Exception"], "n1"))
+    records += list(xid_records(["NVRM: Xid (PCI:0000:86:00): 94, pid=0, Contained ECC error."], "n1"))
     monitor = ThroughputMonitor(records.append, interval_s=60)
     monitor.add(6000, step=1)
     monitor.tick()  # the baseline
@@ -247,7 +253,30 @@ def test_metric_filters_extract_values_from_payload_lines(default_app, payload_e
             assert all(isinstance(field(e, value[2:]), (int, float)) for e in matched), name
     xid_filter = filters["FatalGpuXidErrors"]["FilterPattern"]
     fatal = [e["log_processed"]["xid"] for e in payload_events if matches(xid_filter, e)]
-    assert fatal == [79]  # Xid 13 is an application error, not a fatal one
+    # Xid 13 is an application error, not a fatal one; 79 is fatal, and on EKS the node monitoring agent marks
+    # it for node auto repair (issue 31, item 5): the alarm is left with the fatal Xids nothing repairs.
+    assert fatal == [94]
+    assert {e["log_processed"]["xid"] for e in payload_events if e["log_processed"].get("fatal")} == {79, 94}
+
+
+def test_the_fatal_xid_alarm_leaves_the_agents_xids_to_node_auto_repair(synth) -> None:
+    """Issue 31, item 5: with the EKS node monitoring agent (compute=eks) the fatal-Xid filter excludes every Xid
+    the agent marks for node auto repair; on HyperPod (HyperPod's own health agent; the EKS agent keeps off its
+    nodes) and on an existing cluster without the agent, it counts every fatal Xid."""
+
+    def fatal_filter(config: TrainingConfig) -> str:
+        filters = synth(config).resources(CLUSTER, "AWS::Logs::MetricFilter").values()
+        (pattern,) = [
+            f["Properties"]["FilterPattern"]
+            for f in filters
+            if f["Properties"]["MetricTransformations"][0]["MetricName"] == "FatalGpuXidErrors"
+        ]
+        return str(pattern)
+
+    eks = fatal_filter(TrainingConfig())
+    assert all(f"$.log_processed.xid != {xid} " in eks for xid in NODE_AUTO_REPAIR_XIDS) and len(eks) <= 1024
+    for config in (hyperpod_config(), byo.CONFIGS["byo-vpc-cluster"]):  # the latter installs no add-on
+        assert fatal_filter(config) == '{ $.log_processed.event = "gpu_xid" && $.log_processed.fatal IS TRUE }'
 
 
 def test_the_metric_filters_read_the_log_group_the_add_on_writes(default_app) -> None:

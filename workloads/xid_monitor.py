@@ -5,6 +5,9 @@ Xid errors, and on Amazon Linux 2023 it ships no kernel log. This runs as a Daem
 GPU node, follows ``/dev/kmsg`` from its end (a restart does not count old errors twice) and
 prints ``{"event": "gpu_xid", "xid": 79, "fatal": true, ...}``; a CloudWatch metric filter on
 the application log group turns the lines into the ``GpuXidErrors`` metrics and the alarm.
+Beside the EKS node monitoring agent, which marks a node for node auto repair on the Xids it knows, this
+stays the only Xid metric, and the alarm keeps only the fatal Xids that nothing repairs
+(docs/observability.md, "The Xid monitor beside the EKS node monitoring agent").
 Standard library only.
 """
 

@@ -96,7 +96,7 @@ def inject(kube: Kube, ec2: Any, fault: str, node: dict[str, Any]) -> datetime:
         kube.patch("v1", "Node", name, {"spec": {"unschedulable": True}})  # no new pods while it dies
         ec2.terminate_instances(InstanceIds=[target])
     elif fault == "gpu-xid":
-        kube.patch_status("v1", "Node", name, {"conditions": [gpu_fault_condition(started)]})
+        kube.patch_status("v1", "Node", name, {"status": {"conditions": [gpu_fault_condition(started)]}})
     else:
         raise ValueError(f"fault: {fault!r} is not allowed; allowed: replace, reboot, terminate, gpu-xid")
     return started
@@ -171,7 +171,8 @@ class DrillWatch:
         condition = node_condition(faulted, GPU_CONDITION) or {}
         if condition.get("status") == "False" and condition.get("reason") == GPU_FAULT_REASON:
             return
-        self.kube.patch_status("v1", "Node", self.node, {"conditions": [gpu_fault_condition(self.injected_at)]})
+        fault = {"status": {"conditions": [gpu_fault_condition(self.injected_at)]}}
+        self.kube.patch_status("v1", "Node", self.node, fault)
         self.reasserted += 1
 
     def _takes_the_job(self, node: dict[str, Any]) -> bool:

@@ -175,22 +175,14 @@ class Kube:
         )
         return dict(patched.to_dict())
 
-    def patch_status(
-        self, api_version: str, kind: str, name: str, status: dict[str, Any], namespace: str | None = None
-    ) -> dict[str, Any]:
-        """A strategic merge patch of the object's status subresource: lists with a merge key (a node's
-        conditions, by ``type``) keep the entries the patch does not name."""
+    def patch_status(self, api_version: str, kind: str, name: str, patch: dict[str, Any]) -> None:
+        """A strategic merge patch (``{"status": ...}``) of a cluster-scoped object's status subresource: lists
+        with a merge key (a node's conditions, by ``type``) keep the entries the patch does not name."""
         resource = self._resource(api_version, kind).subresources["status"]
-        patched = self._call(
+        self._call(
             f"patch {kind}/{name} status",
-            lambda: resource.patch(
-                body={"status": status},
-                name=name,
-                namespace=namespace,
-                content_type="application/strategic-merge-patch+json",
-            ),
+            lambda: resource.patch(body=patch, name=name, content_type="application/strategic-merge-patch+json"),
         )
-        return dict(patched.to_dict())
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
         """Delete the object and, through the garbage collector, what it owns (its pods); False when absent."""
