@@ -51,14 +51,20 @@ class _DigestingStream:
     """A write stream that updates a CRC with every buffer before writing it (what DCP's writer calls:
     ``write``, ``tell``, ``fileno``, ``flush``, ``close``)."""
 
-    def __init__(self, raw: Any) -> None:
-        self.raw, self.crc, self.size = raw, 0, 0
+    def __init__(self, raw: Any, errors: list[OSError] | None = None, path: str | None = None) -> None:
+        self.raw, self.crc, self.size, self.path = raw, 0, 0, path
+        self.errors = [] if errors is None else errors
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         self.crc = zlib.crc32(view, self.crc)  # releases the GIL on large buffers
         self.size += view.nbytes
-        return int(self.raw.write(view))
+        try:
+            return int(self.raw.write(view))
+        except OSError as exc:  # torch.save's C++ writer reports it only as "unexpected pos": keep the cause
+            named = exc.filename or self.path is None
+            self.errors.append(exc if named else OSError(exc.errno, exc.strerror, self.path))
+            raise
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)
@@ -70,6 +76,7 @@ class DigestingFileSystem(FileSystem):
     def __init__(self) -> None:
         super().__init__()
         self.digests: dict[str, Digest] = {}
+        self.errors: list[OSError] = []  # what the file system said when a write failed (ENOSPC, EIO...)
 
     @contextmanager
     def create_stream(self, path: str | os.PathLike[str], mode: str) -> Generator[io.IOBase, None, None]:
@@ -77,7 +84,7 @@ class DigestingFileSystem(FileSystem):
             if "w" not in mode:
                 yield raw
                 return
-            stream = _DigestingStream(raw)
+            stream = _DigestingStream(raw, self.errors, str(path))
             yield stream  # type: ignore[misc]
         self.digests[Path(path).name] = digest(stream.crc, stream.size)
 
@@ -97,6 +104,11 @@ class DigestingFileSystemWriter(FileSystemWriter):
     @property
     def digests(self) -> dict[str, Digest]:
         return dict(self.fs.digests)
+
+    @property
+    def first_error(self) -> OSError | None:
+        """The first write error of this save, as the file system raised it."""
+        return self.fs.errors[0] if self.fs.errors else None
 
 
 def file_digest(path: Path) -> Digest:

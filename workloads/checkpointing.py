@@ -42,6 +42,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -436,6 +437,7 @@ class CheckpointManager:
         record = {**record, "save_index": self.save_index}
         if self.async_group is None:
             _, error = _attempt(lambda: dcp.save(state, **target))
+            error = _with_cause(error, target["storage_writer"])
             result: Any = None
         else:
             response, error = _attempt(
@@ -492,7 +494,7 @@ class CheckpointManager:
             return
         pending, self.pending = self.pending, None
         _, error = _attempt(pending.future.result)
-        failures = self._agree(error)
+        failures = self._agree(_with_cause(error, pending.writer))
         if failures and pending.record.get("storage") == tiered_storage.STORAGE_NAME:
             reason = f"background save of step {pending.step} failed: {failures[0]}"
             self._fall_back_to_directory(reason)
@@ -606,7 +608,11 @@ class CheckpointManager:
     def _failed(self, what: str, failures: list[str]) -> CheckpointFailed:
         """Log the failure (rank 0) and say it on every rank's stderr; the error to raise everywhere."""
         message = f"{what} failed: {'; '.join(failures)}"
-        cause = failures[0].split(": ", 1)[-1] if failures else message
+        # The first rank's own cause (its write error), before what DCP relayed to the others.
+        outcomes = [failure.split(": ", 1)[-1] for failure in failures]
+        cause = next(
+            (o for o in outcomes if not _RELAYED.match(o)), _RELAYED.sub("", outcomes[0]) if outcomes else what
+        )
         self.log({"event": "checkpoint_failed", "reason": message, "cause": cause, "committed": False})
         failed = {"event": "checkpoint_failed", "rank": self.rank, "reason": message, "cause": cause}
         print(json.dumps(failed), file=sys.stderr, flush=True)
@@ -823,6 +829,16 @@ def describe(exc: BaseException) -> str:
     if root is not exc:
         line += f" (in {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
     return line[:1000]
+
+
+def _with_cause(error: str | None, writer: Any) -> str | None:
+    """A failed save's error, or the file system's own error on this rank when it had one (torch.save
+    reports a failed write only as ``unexpected pos``)."""
+    cause = getattr(writer, "first_error", None)
+    return describe(cause) if error and cause is not None else error
+
+
+_RELAYED = re.compile(r"^(ranks? [\d, ]+: )+")  # another rank's error, as DCP's collectives relay it
 
 
 def _ranks(ranks: list[int]) -> str:
