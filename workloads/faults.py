@@ -1,5 +1,8 @@
 """Fault injection for the resilience tests and the validation job, beside the training loop.
 
+Training faults: a rank that exits before a step, one that hangs (for the late-rank naming), a NaN loss
+on one rank (keyed to the batch, as bad data is: a run that skips that batch never sees it again).
+
 Each fault fires once per job, in the first attempt only (``TORCHELASTIC_RESTART_COUNT`` 0), like a
 transient fault: the restarted run passes the same step. Faults fire on ``fail_rank`` (default 0)
 only: the other ranks must not be left waiting in a collective (checkpointing.py agrees on every
@@ -21,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+import torch
+
 
 @dataclass(frozen=True)
 class FaultInjector:
@@ -33,6 +38,8 @@ class FaultInjector:
     fail_in_checkpoint_save_at_step: int | None = None  # an I/O error writing this step's shards
     fail_memory_tier_at_load: bool = False  # the memory tier has nothing for this rank at the first load
     fail_memory_tier_at_step: int | None = None  # the memory tier refuses this rank's shards of this step
+    fail_nan_at_step: int | None = None  # the loss of the batch an uninterrupted run reads at this step is NaN
+    fail_hang_at_step: int | None = None  # the process stops before this step, past any timeout
 
     def _armed(self, at: int | None, step: int) -> bool:
         return at == step and self._this_rank_first_attempt()
@@ -45,6 +52,18 @@ class FaultInjector:
             record = {"event": "fault", "kind": "exit", "rank": self.rank, "step": step, "time": round(time.time(), 3)}
             print(json.dumps(record), file=sys.stderr, flush=True)
             os._exit(17)
+        if self._armed(self.fail_hang_at_step, step):
+            _report({"event": "fault", "kind": "hang", "rank": self.rank, "step": step})
+            while True:
+                time.sleep(3600)
+
+    def poison_loss(self, loss: torch.Tensor, data_step: int) -> torch.Tensor:
+        """``--fail-nan-at-step``: the loss NaN when this step reads the batch an uninterrupted run reads at
+        that step (``data_step``: the data position in steps, +1), on the device."""
+        if not self._armed(self.fail_nan_at_step, data_step):
+            return loss
+        _report({"event": "fault", "kind": "nan_loss", "rank": self.rank, "step": data_step})
+        return loss * torch.nan
 
     def crashes_in_checkpoint(self, step: int) -> bool:
         return self._armed(self.fail_in_checkpoint_at_step, step)
@@ -68,6 +87,10 @@ class FaultInjector:
         reader does when the tier is unreachable (its ``read_metadata`` comes back empty)."""
         if self.fail_memory_tier_at_load and self._this_rank_first_attempt():
             raise LookupError("injected memory-tier outage: nothing in the memory tier for this rank")
+
+
+def _report(record: dict[str, Any]) -> None:
+    print(json.dumps({**record, "time": round(time.time(), 3)}), file=sys.stderr, flush=True)
 
 
 def _raising(error: BaseException) -> Callable[..., NoReturn]:

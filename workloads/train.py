@@ -52,19 +52,43 @@ from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint
 # the folder so too), the package's when imported as llm_infra.workloads (the tests, the planner).
 if TYPE_CHECKING or not __package__:
     from accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds
-    from checkpointing import CheckpointManager, CheckpointVote, NoCheckpoints, SaveSchedule
-    from data import Prefetcher, SyntheticTokens, TokenFile
+    from checkpointing import CheckpointFailed, CheckpointManager, CheckpointVote, NoCheckpoints, SaveSchedule
+    from data import TOKEN_DTYPES, Prefetcher, SyntheticTokens, TokenFile
     from faults import FaultInjector
-    from model import PRESETS, Transformer, flops_per_token
+    from health_guard import (
+        HALT_RECORD,
+        HALTED_EXIT_CODE,
+        ON_UNHEALTHY,
+        REMEDIES,
+        HealthGuard,
+        differences,
+        json_safe,
+        read_halt_record,
+        write_halt_record,
+    )
+    from late_ranks import RankPositions, RanksLate, WorkTimer
+    from model import PRESETS, ModelArgs, Transformer, flops_per_token
     from stopping import STOPPED_EXIT_CODE, StopSignal
     from throughput import ThroughputMonitor
     from tiered_storage import TieredCheckpointOptions
 else:
     from .accelerator import device_and_backend, exit_process, reduce_numbers, shutdown_budget_seconds
-    from .checkpointing import CheckpointManager, CheckpointVote, NoCheckpoints, SaveSchedule
-    from .data import Prefetcher, SyntheticTokens, TokenFile
+    from .checkpointing import CheckpointFailed, CheckpointManager, CheckpointVote, NoCheckpoints, SaveSchedule
+    from .data import TOKEN_DTYPES, Prefetcher, SyntheticTokens, TokenFile
     from .faults import FaultInjector
-    from .model import PRESETS, Transformer, flops_per_token
+    from .health_guard import (
+        HALT_RECORD,
+        HALTED_EXIT_CODE,
+        ON_UNHEALTHY,
+        REMEDIES,
+        HealthGuard,
+        differences,
+        json_safe,
+        read_halt_record,
+        write_halt_record,
+    )
+    from .late_ranks import RankPositions, RanksLate, WorkTimer
+    from .model import PRESETS, ModelArgs, Transformer, flops_per_token
     from .stopping import STOPPED_EXIT_CODE, StopSignal
     from .throughput import ThroughputMonitor
     from .tiered_storage import TieredCheckpointOptions
@@ -146,6 +170,29 @@ class OptimizerOptions:
 
 
 @dataclass
+class HealthOptions:
+    """The training-health guard (health_guard.py): what a step with a non-finite loss or gradient norm,
+    or a loss spike, does. Such a step is never applied, never checkpointed."""
+
+    on_unhealthy: str = option(
+        "stop",
+        "stop (halt: a record in --checkpoint-dir that every restart honours, exit "
+        f"{HALTED_EXIT_CODE}) or rollback (to the newest checkpoint before the step, skipping the batches "
+        "since; halts when the attempts are used up)",
+    )
+    rollback_attempts: int = option(3, "rollbacks a run may make (counted across restarts) before it halts")
+    spike_factor: float | None = option(
+        None,
+        "a loss above this many times the median of the last --spike-window steps is unhealthy too "
+        "(unset: only non-finite values are)",
+    )
+    spike_window: int = option(20, "healthy steps whose median loss a spike is measured against")
+    clear_halt: bool = option(
+        False, f"train although --checkpoint-dir holds a halt record ({HALT_RECORD}); the record is removed"
+    )
+
+
+@dataclass
 class CheckpointOptions(TieredCheckpointOptions):  # --tiered-* flags: see tiered_storage.py
     dir: str | None = option(
         None,
@@ -192,6 +239,25 @@ class FaultOptions:
     fail_memory_tier_at_step: int | None = option(
         None, "fault injection: the memory tier refuses this rank's shards of this step"
     )
+    fail_nan_at_step: int | None = option(
+        None,
+        "fault injection: the loss of the batch an uninterrupted run reads at this step is NaN on --fail-rank "
+        "(first attempt only; a run that skips that batch never sees it)",
+    )
+    fail_hang_at_step: int | None = option(
+        None, "fault injection: --fail-rank stops before this step, past any timeout (first attempt only)"
+    )
+
+
+class InvalidConfig(SystemExit):
+    """Invalid flags: exit 2, a usage error as argparse's; ``str()`` is the message, one line per problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__(2)
+        self.message = "train.py: invalid configuration:\n  " + "\n  ".join(errors)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -215,6 +281,7 @@ class TrainConfig:
     model: ModelOptions = field(default_factory=ModelOptions)
     data: DataOptions = field(default_factory=DataOptions)
     optimizer: OptimizerOptions = field(default_factory=OptimizerOptions)
+    health: HealthOptions = field(default_factory=HealthOptions)
     checkpoint: CheckpointOptions = field(default_factory=CheckpointOptions)
     faults: FaultOptions = field(default_factory=FaultOptions)
 
@@ -249,29 +316,87 @@ class TrainConfig:
         return {flag.name: getattr(getattr(self, flag.group), flag.field) for flag in self.flags()}
 
     def validate(self) -> None:
-        run, model, data, ckpt, faults = self.run, self.model, self.data, self.checkpoint, self.faults
-        errors = []
+        """Every flag checked before the process group starts: each problem one line on stderr naming the
+        flag and what is allowed, then exit 2 (:class:`InvalidConfig`)."""
+        errors = self.errors()
+        if errors:
+            error = InvalidConfig(errors)
+            print(error, file=sys.stderr, flush=True)
+            raise error
+
+    def errors(self) -> list[str]:
+        """What is wrong with the flags, one line per problem (empty when valid)."""
+        run, model, data, ckpt, health = self.run, self.model, self.data, self.checkpoint, self.health
+        errors = [f"--{name.replace('_', '-')}: {value} is not a finite number" for name, value in self._non_finite()]
         if model.preset not in PRESETS:
             errors.append(f"--preset: {model.preset!r} is not allowed; allowed: {', '.join(PRESETS)}")
         elif data.seq_len > PRESETS[model.preset].max_seq_len:
             errors.append(
                 f"--seq-len: {data.seq_len} exceeds the preset's max_seq_len {PRESETS[model.preset].max_seq_len}"
             )
-        if run.steps < 1 or data.batch_size < 1 or data.seq_len < 2:
-            errors.append("--steps, --batch-size must be >= 1 and --seq-len >= 2")
+        for flag, value, least in (
+            ("--steps", run.steps, 1),
+            ("--seed", run.seed, 0),
+            ("--log-every", run.log_every, 1),
+            ("--pg-timeout-seconds", run.pg_timeout_seconds, 1),
+            ("--seq-len", data.seq_len, 2),
+            ("--batch-size", data.batch_size, 1),
+            ("--global-batch-size", data.global_batch_size, 1),
+            ("--warmup-steps", self.optimizer.warmup_steps, 0),
+            ("--rollback-attempts", health.rollback_attempts, 1),
+            ("--spike-window", health.spike_window, 2),
+            ("--checkpoint-every", ckpt.every, 1),
+            ("--keep-checkpoints", ckpt.keep, 1),
+        ):
+            if value is not None and value < least:
+                errors.append(f"{flag}: {value} must be >= {least}")
+        for flag, number, unit in (
+            ("--lr", self.optimizer.lr, ""),
+            ("--throughput-interval-s", run.throughput_interval_s, " (seconds)"),
+            ("--checkpoint-interval-seconds", ckpt.interval_seconds, " (seconds)"),
+            ("--mtbf-hours", ckpt.mtbf_hours, " (hours)"),
+            ("--job-mtbf-hours", ckpt.job_mtbf_hours, " (hours)"),
+        ):
+            if number is not None and number <= 0:
+                errors.append(f"{flag}: {number} must be > 0{unit}")
+        if self.optimizer.weight_decay < 0:
+            errors.append(f"--weight-decay: {self.optimizer.weight_decay} must be >= 0")
+        if health.spike_factor is not None and health.spike_factor <= 1:
+            errors.append(f"--spike-factor: {health.spike_factor} must be > 1 (times the median loss)")
         if data.global_batch_size is not None and data.global_batch_size % data.batch_size:
             errors.append(
                 f"--global-batch-size: {data.global_batch_size} is not a multiple of --batch-size {data.batch_size}"
             )
+        if data.dtype not in TOKEN_DTYPES:
+            errors.append(f"--data-dtype: {data.dtype!r} is not allowed; allowed: {', '.join(TOKEN_DTYPES)}")
+        for flag, choice, allowed in (
+            ("--activation-checkpointing", model.activation_checkpointing, ACTIVATION_CHECKPOINTING),
+            ("--on-unhealthy", health.on_unhealthy, ON_UNHEALTHY),
+        ):
+            if choice not in allowed:
+                errors.append(f"{flag}: {choice!r} is not allowed; allowed: {', '.join(allowed)}")
         schedules = [ckpt.every, ckpt.interval_seconds, ckpt.mtbf_hours, ckpt.job_mtbf_hours]
         if sum(s is not None for s in schedules) > 1:
             errors.append(
                 "--checkpoint-every, --checkpoint-interval-seconds, --mtbf-hours and --job-mtbf-hours are "
                 "alternatives: pick one"
             )
-        for flag, hours in (("--mtbf-hours", ckpt.mtbf_hours), ("--job-mtbf-hours", ckpt.job_mtbf_hours)):
-            if hours is not None and hours <= 0:
-                errors.append(f"{flag}: {hours} must be > 0 (hours)")
+        errors.extend(self._needs_dir_errors())
+        errors.extend(self._fault_errors())
+        errors.extend(ckpt.tiered_errors(ckpt.dir))
+        return errors
+
+    def _non_finite(self) -> list[tuple[str, float]]:
+        """The float flags given as nan or inf (argparse's float() takes both)."""
+        values = self.flat()
+        return [
+            (flag.name, values[flag.name])
+            for flag in self.flags()
+            if flag.kind is float and values[flag.name] is not None and not math.isfinite(values[flag.name])
+        ]
+
+    def _needs_dir_errors(self) -> list[str]:
+        ckpt, faults = self.checkpoint, self.faults
         needs_dir = {
             "--async-checkpoint": ckpt.async_save,
             "--checkpoint-every": ckpt.every is not None,
@@ -281,24 +406,11 @@ class TrainConfig:
             "--fail-in-checkpoint-at-step": faults.fail_in_checkpoint_at_step is not None,
             "--fail-in-checkpoint-load": faults.fail_in_checkpoint_load,
             "--fail-in-checkpoint-save-at-step": faults.fail_in_checkpoint_save_at_step is not None,
-            "--verdict": run.verdict,
+            "--verdict": self.run.verdict,
+            "--on-unhealthy rollback": self.health.on_unhealthy == "rollback",
+            "--clear-halt": self.health.clear_halt,
         }
-        for flag, used in needs_dir.items():
-            if used and not ckpt.dir:
-                errors.append(f"{flag} needs --checkpoint-dir")
-        errors.extend(self._fault_errors())
-        if model.activation_checkpointing not in ACTIVATION_CHECKPOINTING:
-            errors.append(
-                f"--activation-checkpointing: {model.activation_checkpointing!r} is not allowed; allowed: "
-                + ", ".join(ACTIVATION_CHECKPOINTING)
-            )
-        if run.throughput_interval_s <= 0:
-            errors.append(f"--throughput-interval-s: {run.throughput_interval_s} must be > 0")
-        if ckpt.every is not None and ckpt.every < 1:
-            errors.append(f"--checkpoint-every: {ckpt.every} must be >= 1")
-        errors.extend(ckpt.tiered_errors(ckpt.dir))
-        if errors:
-            raise SystemExit("train.py: invalid configuration:\n  " + "\n  ".join(errors))
+        return [f"{flag} needs --checkpoint-dir" for flag, used in needs_dir.items() if used and not ckpt.dir]
 
     def _fault_errors(self) -> list[str]:
         faults, errors = self.faults, []
@@ -307,6 +419,8 @@ class TrainConfig:
             "--fail-in-checkpoint-at-step": faults.fail_in_checkpoint_at_step,
             "--fail-in-checkpoint-save-at-step": faults.fail_in_checkpoint_save_at_step,
             "--fail-memory-tier-at-step": faults.fail_memory_tier_at_step,
+            "--fail-nan-at-step": faults.fail_nan_at_step,
+            "--fail-hang-at-step": faults.fail_hang_at_step,
         }
         load_faults = {"--fail-in-checkpoint-load": faults.fail_in_checkpoint_load}
         memory_faults = {
@@ -484,11 +598,14 @@ def emit(runtime: Runtime, record: dict[str, Any], *, every_node: bool = False) 
     node that prints none for hung. Results (``summary``, verdict, ``checkpoint``, ``resume``...) are
     written once, by rank 0: the pod that holds rank 0 has the run's whole record, the other pods'
     logs only their liveness lines. Rank 0's node sees ``summary`` end the log rules; the others see
-    their worker exit at about the same time.
+    their worker exit at about the same time. A non-finite number is written as a string (``"nan"``):
+    a bare ``NaN`` is not JSON.
     """
     writes = runtime.is_node_main if every_node else runtime.is_main
     if writes:  # one write per line: the throughput thread logs too
-        runtime.write_line(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
+        # Valid JSON whatever the record holds: a non-finite float becomes a string (JSON has no NaN).
+        line = json.dumps(json_safe({**record, "time": round(time.time(), 3)}), allow_nan=False)
+        runtime.write_line(line + "\n")
 
 
 # ---- building the run ---------------------------------------------------------------------------
@@ -679,38 +796,71 @@ def job_mtbf_hours(config: TrainConfig, runtime: Runtime) -> float | None:
 @dataclass
 class Progress:
     """Where the run is: saved in every checkpoint. ``samples``: the global samples consumed, the data
-    position (not ``step``: a step's global batch may have changed with the world size)."""
+    position (not ``step``: a step's global batch may have changed with the world size, and a rollback
+    skips samples); ``skipped``: the ``[first, end)`` sample ranges the guard's ``rollbacks`` skipped."""
 
     step: int = 0
     initial_loss: float = float("nan")
     samples: int = 0
     loss: float = float("nan")  # the last step's mean loss: a run resumed at its last step still has it
+    rollbacks: int = 0
+    skipped: list[list[int]] = field(default_factory=list)
+
+
+class ShapeMismatch(RuntimeError):
+    """The checkpoint holds a model of another shape than this run builds: a change a resume cannot apply."""
+
+
+def describe_shape(args: dict[str, Any]) -> str:
+    return (
+        f"dim {args['dim']}, {args['n_layers']} layers, {args['n_heads']} heads ({args['n_kv_heads']} kv), "
+        f"ffn {args['ffn_hidden']}, vocab {args['vocab_size']}"
+    )
 
 
 class TrainState:
-    """Everything a checkpoint holds, as DCP's ``Stateful``: the model, the optimizer, the LR schedule
-    and the :class:`Progress`; the checkpoint manager saves :meth:`state_dict` and restores through
-    :meth:`load_state_dict`."""
+    """Everything a checkpoint holds, as DCP's ``Stateful``: the model, the optimizer, the LR schedule,
+    the :class:`Progress` and the run's flags and model shape; the checkpoint manager saves
+    :meth:`state_dict` and restores through :meth:`load_state_dict`, which refuses a checkpoint of another
+    model shape and keeps the checkpoint's flags in ``saved_config`` (a resume compares them with its own)."""
 
     def __init__(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        config: TrainConfig,
+        model_args: ModelArgs,
     ) -> None:
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.config, self.model_args = config, model_args
         self.progress = Progress()
+        self.saved_config: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        progress = asdict(self.progress)
         return {
             "model": model_state,
             "optimizer": optim_state,
             "scheduler": self.scheduler.state_dict(),
-            "progress": asdict(self.progress),
+            "progress": {**progress, "skipped": json.dumps(progress["skipped"])},
+            "run": {"config": json.dumps(self.config.flat()), "model_args": json.dumps(asdict(self.model_args))},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved_config, saved_args = json.loads(state["run"]["config"]), json.loads(state["run"]["model_args"])
+        if saved_args != json.loads(json.dumps(asdict(self.model_args))):
+            raise ShapeMismatch(
+                f"the checkpoint of step {state['progress']['step']} holds a {saved_config.get('preset')} model "
+                f"({describe_shape(saved_args)}); this run builds a {self.config.model.preset} model "
+                f"({describe_shape(asdict(self.model_args))}): a resume cannot change the model's shape. Resume "
+                f"with --preset {saved_config.get('preset')}, or start a new run in another --checkpoint-dir"
+            )
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        vars(self.progress).update(state["progress"])
+        vars(self.progress).update({**state["progress"], "skipped": json.loads(state["progress"]["skipped"])})
+        self.saved_config = saved_config
 
 
 # ---- the loop -------------------------------------------------------------------------------------
@@ -719,18 +869,45 @@ class Agreed:
     """The outcome of a step's agreement, identical on every rank."""
 
     mean_loss: float
+    grad_norm: float  # before clipping
+    ranks_non_finite: int  # ranks whose loss or gradient norm is not finite
     stop: bool  # some rank was asked to stop
     save: bool  # some rank's checkpoint schedule says save now
     ranks_done_writing: int  # ranks with no background checkpoint write in flight
 
 
-def agree_on_step(loss: torch.Tensor, stop: StopSignal, vote: CheckpointVote, runtime: Runtime) -> Agreed:
-    """The one small all-reduce after every step, and the step's one host sync (reading its result): stop,
-    save and commit must be decided alike on every rank, every step; the loss stays on the device until then."""
-    loss_sum, stops, saves, writes_done = reduce_numbers(
-        [loss, float(stop.requested), float(vote.save_due), float(vote.write_done)], runtime.device
+def agree_on_step(
+    loss: torch.Tensor, grad_norm: torch.Tensor, stop: StopSignal, vote: CheckpointVote, runtime: Runtime
+) -> Agreed:
+    """The one small all-reduce of every step, before the optimizer step, and the step's one host sync
+    (reading its result): health, stop, save and commit decided alike on every rank. The loss, the
+    gradient norm and the health check stay on the device until then: each rank's flag for a non-finite
+    value is computed there and joins the sum."""
+    non_finite = (~torch.isfinite(torch.stack([loss.float(), grad_norm.float()]))).any()
+    loss_sum, norm_sum, ranks_non_finite, stops, saves, writes_done = reduce_numbers(
+        [loss, grad_norm, non_finite, float(stop.requested), float(vote.save_due), float(vote.write_done)],
+        runtime.device,
     )
-    return Agreed(loss_sum / runtime.world_size, stops > 0, saves > 0, int(writes_done))
+    world = runtime.world_size
+    return Agreed(loss_sum / world, norm_sum / world, int(ranks_non_finite), stops > 0, saves > 0, int(writes_done))
+
+
+class Refused(Exception):
+    """The run must not train (a halt record stands, a change a resume cannot apply): the line every node
+    writes, and the exit code."""
+
+    def __init__(self, record: dict[str, Any], code: int) -> None:
+        super().__init__(record.get("cause"))
+        self.record, self.code = record, code
+
+
+def group_store() -> dist.Store | None:
+    """The default process group's store (the rendezvous's TCPStore under torchrun), where each rank
+    records its position (late_ranks.py); None when the group has none."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError, AttributeError):
+        return None
 
 
 class Trainer:
@@ -753,14 +930,18 @@ class Trainer:
             batch_size=self.batching.micro_batch,
             stride=self.batching.micro_batch * runtime.world_size,
         )
-        self.state = TrainState(model, optimizer, scheduler)
+        self.state = TrainState(model, optimizer, scheduler, config, self.model_args)
         self.faults = FaultInjector(runtime.rank, runtime.restart_count, **asdict(config.faults))
         self.checkpoints = make_checkpoints(config, runtime, self.state, self.faults)
+        self.guard = HealthGuard(config.health.spike_factor, config.health.spike_window)
+        self.positions = RankPositions(group_store(), runtime.rank, runtime.world_size)
+        self.work = WorkTimer(runtime.device)
         self.tokens_per_step = self.batching.global_batch * config.data.seq_len
         self.flops_per_token = flops_per_token(self.model_args, config.data.seq_len)
         device = runtime.device
         self.peak_tflops = peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
         self.steps_run = 0
+        self.lr = 0.0  # the learning rate of the last applied step
 
     def forward_backward(self, micro_step: int) -> torch.Tensor:
         """One micro-batch of this rank: forward, loss, backward. Its share of the step's mean loss."""
@@ -771,54 +952,240 @@ class Trainer:
         loss.backward()
         return loss.detach()
 
-    def train_step(self) -> torch.Tensor:
-        """One optimizer step over the global batch (every micro-batch, then clip, step, schedule); the
-        mean loss over the global batch's samples on this rank, still on the device."""
-        state = self.state
+    def train_step(self, vote: CheckpointVote) -> tuple[Agreed, str | None]:
+        """One optimizer step over the global batch: every micro-batch, clip, the per-step agreement (health,
+        stop, save), then the optimizer and the schedule only when the guard finds the step healthy. The
+        agreed outcome and, for an unhealthy step (nothing of it applied), its cause."""
+        state, progress = self.state, self.state.progress
+        self.work.start()
         loss = torch.zeros((), device=self.runtime.device)
         for micro_step in range(self.batching.accumulation):
             loss += self.forward_backward(micro_step)
-        torch.nn.utils.clip_grad_norm_(state.model.parameters(), 1.0)
-        state.optimizer.step()
+        loss = self.faults.poison_loss(loss, progress.samples // self.batching.global_batch + 1)
+        grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), 1.0)
+        if isinstance(grad_norm, DTensor):
+            grad_norm = grad_norm.to_local()  # replicated: every rank holds the whole norm
+        self.work.stop()
+        agreed = self.agree(loss, grad_norm, vote)
+        cause = self.guard.cause(progress.step + 1, agreed.ranks_non_finite, agreed.mean_loss, agreed.grad_norm)
+        if cause is None:
+            self.lr = state.optimizer.param_groups[0]["lr"]
+            state.optimizer.step()
+            state.scheduler.step()
+            progress.step += 1
+            progress.samples += self.batching.global_batch
         state.optimizer.zero_grad(set_to_none=True)
-        state.scheduler.step()
-        state.progress.step += 1
-        state.progress.samples += self.batching.global_batch
-        return loss
+        return agreed, cause
+
+    def agree(self, loss: torch.Tensor, grad_norm: torch.Tensor, vote: CheckpointVote) -> Agreed:
+        """:func:`agree_on_step`, this rank's arrival recorded first: a timeout names who did not arrive."""
+        self.positions.arrive(self.state.progress.step + 1, "agreement", self.work.last)
+        try:
+            return agree_on_step(loss, grad_norm, self.stop, vote, self.runtime)
+        except RuntimeError as exc:  # gloo's timeout or a peer gone (NCCL's watchdog ends the process itself)
+            raise self.late(exc) from exc
+
+    def late(self, exc: BaseException) -> RanksLate:
+        """The error a survivor raises when a collective of the loop failed: the ranks that did not arrive."""
+        message = f"{self.positions.late()} ({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
+        print(json.dumps({"event": "late_ranks", "rank": self.runtime.rank, "reason": message}), file=sys.stderr)
+        return RanksLate(message)
 
     def train(self) -> int:
-        """Resume, then the loop: a train step, the agreement and one checkpoint call per step, until the
-        last step or an agreed stop. The exit code: 0, :data:`VERDICT_FAILED_EXIT_CODE` or
-        :data:`STOPPED_EXIT_CODE`."""
-        progress, steps, stop = self.state.progress, self.config.run.steps, self.stop
-        resumed_from = self.checkpoints.restore()
-        throughput = self.start_logging(resumed_from)
+        """Resume, then the loop: a train step (with the agreement) and one checkpoint call per step, until
+        the last step, an agreed stop or a halt. The exit code: 0, :data:`VERDICT_FAILED_EXIT_CODE`,
+        :data:`STOPPED_EXIT_CODE`, :data:`HALTED_EXIT_CODE` or 2 (a resume that cannot apply)."""
+        progress, steps = self.state.progress, self.config.run.steps
+        try:
+            resumed_from, changed = self.resume()
+        except Refused as refused:
+            emit(self.runtime, refused.record, every_node=True)
+            if self.runtime.is_main:
+                print(json.dumps(json_safe(refused.record)), file=sys.stderr, flush=True)
+            self.data.close()
+            self.checkpoints.close()  # gives the folder's lease back
+            return refused.code
+        throughput = self.start_logging(resumed_from, changed)
         loop_started, step_seconds = time.perf_counter(), 0.0
+        halted = False
         while progress.step < steps:
             self.faults.before_step(progress.step)
             started = time.perf_counter()
-            loss = self.train_step()
             # The checkpoint's vote asks its schedule with the last step's time (this one's is not known
             # before the sync).
-            agreed = agree_on_step(loss, stop, self.checkpoints.vote(progress.step, step_seconds), self.runtime)
+            agreed, cause = self.train_step(self.checkpoints.vote(progress.step + 1, step_seconds))
             step_seconds = time.perf_counter() - started
+            if cause is not None:
+                halted = not self.on_unhealthy(cause)
+                if halted:
+                    break
+                continue
             throughput.add(self.tokens_per_step, progress.step)
-            self.log_step(agreed.mean_loss, step_seconds)
+            self.log_step(agreed, step_seconds)
             last_step = progress.step == steps
             stopping = agreed.stop and not last_step
-            self.checkpoints.step_done(
-                progress.step,
-                save=agreed.save or last_step,
-                ranks_done_writing=agreed.ranks_done_writing,
-                stopping=stop if stopping else None,
-            )
+            self.checkpoint_step(agreed, save=agreed.save or last_step, stopping=stopping)
             if stopping:
                 break
         throughput.stop()
-        return self.finish(resumed_from, loop_started)
+        return self.finish(resumed_from, loop_started, halted)
 
-    def start_logging(self, resumed_from: int | None) -> ThroughputMonitor:
-        """The ``start`` line, and the throughput heartbeat (started on each node's first process)."""
+    def checkpoint_step(self, agreed: Agreed, *, save: bool, stopping: bool) -> None:
+        """The step's one checkpoint call (a healthy step: the guard's verdict goes into the commit record),
+        this rank's arrival recorded first when it saves: a timeout names who did not arrive."""
+        step = self.state.progress.step
+        if save or stopping:
+            self.positions.arrive(step, "checkpoint", self.work.last)
+        try:
+            self.checkpoints.step_done(
+                step,
+                save=save,
+                ranks_done_writing=agreed.ranks_done_writing,
+                stopping=self.stop if stopping else None,
+                healthy=True,
+            )
+        except CheckpointFailed:
+            raise  # agreed on every rank already, with its cause
+        except RuntimeError as exc:  # a checkpoint collective timed out, or a peer is gone
+            raise self.late(exc) from exc
+
+    # ---- resuming ---------------------------------------------------------------------------------
+    def resume(self) -> tuple[int | None, list[str]]:
+        """Honour a halt record, restore the newest good checkpoint, then apply the flags given now over the
+        checkpoint's (the learning rate, weight decay, warm-up and schedule). Returns the step resumed from
+        and every flag that differs from the checkpoint's (``lr 0.003 -> 0.0003``); raises :class:`Refused`."""
+        self.honour_halt_record()
+        try:
+            resumed_from = self.checkpoints.restore()
+        except ShapeMismatch as exc:
+            raise Refused({"event": "resume_refused", "cause": str(exc), "exit_code": 2}, 2) from exc
+        saved = self.state.saved_config
+        if resumed_from is None or saved is None:
+            return resumed_from, []
+        self.apply_optimizer_flags()
+        return resumed_from, differences(saved, self.config.flat())
+
+    def honour_halt_record(self) -> None:
+        """A halt record in the checkpoint folder stops the run (:class:`Refused`, :data:`HALTED_EXIT_CODE`)
+        unless this run changes one of :data:`REMEDIES` or says ``--clear-halt``; then it is removed."""
+        directory = self.config.checkpoint.dir
+        if not directory:
+            return
+        shared: list[Any] = [read_halt_record(Path(directory)) if self.runtime.is_main else None]
+        dist.broadcast_object_list(shared, src=0)  # every rank decides on rank 0's reading
+        record = shared[0]
+        if record is None:
+            return
+        path = str(Path(directory) / HALT_RECORD)
+        remedies = differences(record.get("config", {}), self.config.flat(), REMEDIES)
+        if not (remedies or self.config.health.clear_halt):
+            raise Refused(
+                {
+                    "event": "halted",
+                    "step": record.get("step"),
+                    "cause": record.get("cause"),
+                    "halt_record": path,
+                    "exit_code": HALTED_EXIT_CODE,
+                    "how_to_proceed": f"resume with a change to one of --{', --'.join(REMEDIES)} (a lower --lr, "
+                    "--on-unhealthy rollback), or with --clear-halt, or delete the record",
+                },
+                HALTED_EXIT_CODE,
+            )
+        if self.runtime.is_main:
+            Path(path).unlink(missing_ok=True)
+        cleared_by = remedies or ["--clear-halt"]
+        cleared = {"event": "halt_cleared", "step": record.get("step"), "cause": record.get("cause"), "by": cleared_by}
+        emit(self.runtime, cleared)
+
+    def apply_optimizer_flags(self) -> None:
+        """The learning rate and weight decay given now, over the restored optimizer's; the schedule's base
+        rates too (a restored LambdaLR would put the checkpoint's lr back at its next step). Warm-up and
+        decay come from this run's flags anyway: the schedule's function is never saved."""
+        lr, scheduler = self.config.optimizer.lr, self.state.scheduler
+        assert isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR)
+        factor = scheduler.lr_lambdas[0](scheduler.last_epoch)
+        scheduler.base_lrs = [lr for _ in scheduler.base_lrs]
+        for group in self.state.optimizer.param_groups:
+            group["initial_lr"], group["lr"] = lr, lr * factor
+            group["weight_decay"] = self.config.optimizer.weight_decay
+        scheduler._last_lr = [group["lr"] for group in self.state.optimizer.param_groups]
+
+    # ---- an unhealthy step ------------------------------------------------------------------------
+    def on_unhealthy(self, cause: str) -> bool:
+        """An unhealthy step (the same cause on every rank: agreed): roll back when asked and attempts are
+        left; else halt. Whether the run trains on."""
+        health, progress = self.config.health, self.state.progress
+        if health.on_unhealthy == "rollback":
+            if progress.rollbacks >= health.rollback_attempts:
+                cause += f"; the {health.rollback_attempts} rollback attempts are used up"
+            elif self.roll_back(cause):
+                return True
+            else:
+                cause += "; no checkpoint before it to roll back to"
+        self.halt(cause)
+        return False
+
+    def roll_back(self, cause: str) -> bool:
+        """Load the newest checkpoint older than the unhealthy step and skip every sample read since, up to
+        and including the step's batch; the step numbers count on (the steps in between are abandoned,
+        their checkpoints older by number than the next save). The rolled-back state is saved at once, so
+        a restart resumes it exactly. False when there is no older checkpoint."""
+        progress = self.state.progress
+        at_step, bad_end = progress.step + 1, progress.samples + self.batching.global_batch
+        rollbacks, skipped = progress.rollbacks, progress.skipped
+        to_step = self.checkpoints.restore(before_step=at_step)
+        if to_step is None:
+            return False
+        skipped_range = [progress.samples, bad_end]
+        progress.rollbacks, progress.skipped = rollbacks + 1, [*skipped, skipped_range]
+        progress.step, progress.samples = at_step - 1, bad_end
+        self.apply_optimizer_flags()
+        self.guard.recent.clear()  # the abandoned steps' losses are no median to measure against
+        rollback = {
+            "event": "rollback",
+            "attempt": progress.rollbacks,
+            "of": self.config.health.rollback_attempts,
+            "step": at_step,
+            "cause": cause,
+            "to_checkpoint": to_step,
+            "skipped_samples": skipped_range,
+        }
+        emit(self.runtime, rollback, every_node=True)
+        self.checkpoints.step_done(progress.step, save=True, ranks_done_writing=0, healthy=True)
+        return True
+
+    def halt(self, cause: str) -> None:
+        """Stop for good: the halt record in the checkpoint folder (rank 0 writes it durably, the outcome
+        agreed), which every restart honours, and the ``halted`` line on every node."""
+        progress = self.state.progress
+        record: dict[str, Any] = {
+            "event": "halted",
+            "step": progress.step + 1,
+            "last_applied_step": progress.step,
+            "cause": cause,
+            "exit_code": HALTED_EXIT_CODE,
+        }
+        directory = self.config.checkpoint.dir
+        if directory:
+            error = None
+            if self.runtime.is_main:
+                try:
+                    write_halt_record(Path(directory), {**record, "config": self.config.flat()})
+                except OSError as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+            (failed,) = reduce_numbers([float(error is not None)], self.runtime.device)
+            record["halt_record"] = str(Path(directory) / HALT_RECORD) if not failed else None
+            if error:
+                record["halt_record_error"] = error
+        emit(self.runtime, record, every_node=True)
+        if self.runtime.is_main:
+            print(json.dumps(json_safe(record)), file=sys.stderr, flush=True)
+
+    # ---- logging ----------------------------------------------------------------------------------
+    def start_logging(self, resumed_from: int | None, changed: list[str]) -> ThroughputMonitor:
+        """The ``start`` line (with every flag that differs from the checkpoint's), and the throughput
+        heartbeat (started on each node's first process), which carries this rank's own work time per step
+        and, on rank 0, the slowest rank's, or while stalled the ranks that have not arrived."""
         runtime = self.runtime
         start = {
             "event": "start",
@@ -827,26 +1194,34 @@ class Trainer:
             "device": runtime.device.type,
             "restart": runtime.restart_count,
             "resumed_from": resumed_from,
+            "changed": changed,
             "global_batch": self.batching.global_batch,
             "accumulation": self.batching.accumulation,
             "samples": self.state.progress.samples,
             "shutdown_budget_seconds": self.stop.known_budget_seconds,
         }
         emit(runtime, start, every_node=True)
-        throughput = ThroughputMonitor(
-            lambda r: emit(runtime, r, every_node=True), interval_s=self.config.run.throughput_interval_s
-        )
+
+        def heartbeat(record: dict[str, Any]) -> None:
+            record = {**record, "work_s": self.work.last}
+            if runtime.is_main:
+                record.update(self.positions.slowest())
+                if record["tokens_per_s"] == 0:
+                    record["waiting"] = self.positions.late()
+            emit(runtime, record, every_node=True)
+
+        throughput = ThroughputMonitor(heartbeat, interval_s=self.config.run.throughput_interval_s)
         if runtime.is_node_main:
             throughput.start()
         return throughput
 
-    def log_step(self, mean_loss: float, step_seconds: float) -> None:
+    def log_step(self, agreed: Agreed, step_seconds: float) -> None:
         """Record the agreed loss (and the run's first); a ``step`` line every ``--log-every`` steps."""
         progress, runtime = self.state.progress, self.runtime
         self.steps_run += 1
-        progress.loss = mean_loss
+        progress.loss = agreed.mean_loss
         if math.isnan(progress.initial_loss):
-            progress.initial_loss = mean_loss
+            progress.initial_loss = agreed.mean_loss
         if progress.step % self.config.run.log_every:
             return
         tokens_per_s = self.tokens_per_step / step_seconds
@@ -855,20 +1230,24 @@ class Trainer:
             "event": "step",
             "step": progress.step,
             "samples": progress.samples,
-            "loss": round(mean_loss, 6),
+            "loss": round(agreed.mean_loss, 6),
+            "grad_norm": round(agreed.grad_norm, 4),
+            "lr": self.lr,
             "tokens_per_s": round(tokens_per_s, 1),
             "step_time_s": round(step_seconds, 4),
             "mfu": self.flops_per_token * tokens_per_s / (peak * 1e12 * runtime.world_size) if peak else None,
         }
         emit(runtime, line, every_node=True)
 
-    def finish(self, resumed_from: int | None, loop_started: float) -> int:
+    def finish(self, resumed_from: int | None, loop_started: float, halted: bool) -> int:
         """Close the data and the checkpoints (a background save committed), then the ``stopped`` line, or
-        the summary (and the verdict)."""
+        the summary (and the verdict); a halted run's line was written when it halted."""
         progress, runtime = self.state.progress, self.runtime
         self.data.close()
         self.checkpoints.close()
         train_seconds = time.perf_counter() - loop_started  # checkpoint stalls included
+        if halted:
+            return HALTED_EXIT_CODE
         if progress.step < self.config.run.steps:
             stopped = {"event": "stopped", "reason": self.stop.reason, "step": progress.step}
             emit(runtime, {**stopped, "exit_code": STOPPED_EXIT_CODE}, every_node=True)
@@ -882,6 +1261,7 @@ class Trainer:
             "param_sha256": param_sha256(self.state.model),
             "resumed_from": resumed_from,
             "restart": runtime.restart_count,
+            "rollbacks": progress.rollbacks,
             "tokens_per_s": round(self.tokens_per_step * self.steps_run / train_seconds, 1) if train_seconds else None,
         }
         emit(runtime, summary)
@@ -891,6 +1271,7 @@ class Trainer:
 def main(argv: list[str] | None = None) -> int:
     """torchrun's entry point: the flags, the process group, SIGTERM as the stop request, the run."""
     config = parse_config(argv)
+    check_paths(config)
     runtime = init_distributed(config.run.pg_timeout_seconds)
     stop = StopSignal(shutdown_budget_seconds()).on_stop_signals()
     code = train(config, runtime, stop)
@@ -902,10 +1283,44 @@ def train(config: TrainConfig, runtime: Runtime, stop: StopSignal) -> int:
     """The run on an initialised default process group (torchrun's or Ray Train's): build, resume from
     the newest committed checkpoint, train to ``--steps``, summarise.
 
-    Returns the exit code: 0, :data:`VERDICT_FAILED_EXIT_CODE` (a failed ``--verdict``) or
-    :data:`STOPPED_EXIT_CODE` (stopped early).
+    Returns the exit code: 0, :data:`VERDICT_FAILED_EXIT_CODE` (a failed ``--verdict``),
+    :data:`STOPPED_EXIT_CODE` (stopped early), :data:`HALTED_EXIT_CODE` (the health guard halted it, now or
+    before) or 2 (a resume that cannot apply, such as another model shape).
     """
     return Trainer(config, runtime, stop).train()
+
+
+def check_paths(config: TrainConfig) -> None:
+    """The checkpoint folder (listable and writable, or creatable) and the token file (readable), checked
+    before the process group starts: :class:`InvalidConfig` (exit 2) naming the flag and the cause."""
+    errors = []
+    if config.checkpoint.dir:
+        problem = folder_problem(Path(config.checkpoint.dir))
+        if problem:
+            errors.append(f"--checkpoint-dir: {config.checkpoint.dir} {problem}")
+    source = config.data.source
+    if source != "synthetic" and not (os.path.isfile(source) and os.access(source, os.R_OK)):
+        errors.append(f"--data: {source} is not a readable file (or 'synthetic')")
+    if errors:
+        error = InvalidConfig(errors)
+        print(error, file=sys.stderr, flush=True)
+        raise error
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot hold checkpoints (it cannot be listed, written or created), or None."""
+    if not path.exists():
+        parent = next(p for p in path.parents if p.exists())
+        if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+            return f"cannot be created: {parent} is not a writable folder"
+        return None
+    try:
+        os.listdir(path)
+    except OSError as exc:
+        return f"cannot be listed ({exc.strerror or exc})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
 
 
 def param_sha256(model: torch.nn.Module) -> str:

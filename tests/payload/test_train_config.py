@@ -144,6 +144,7 @@ FLAGS_BY_GROUP = {
     "model": ["preset", "activation_checkpointing", "compile"],
     "data": ["data", "data_dtype", "seq_len", "batch_size", "global_batch_size"],
     "optimizer": ["lr", "warmup_steps", "weight_decay"],
+    "health": ["on_unhealthy", "rollback_attempts", "spike_factor", "spike_window", "clear_halt"],
     "checkpoint": [
         "tiered_checkpointing",
         "tiered_s3_uri",
@@ -164,6 +165,8 @@ FLAGS_BY_GROUP = {
         "fail_in_checkpoint_save_at_step",
         "fail_memory_tier_at_load",
         "fail_memory_tier_at_step",
+        "fail_nan_at_step",
+        "fail_hang_at_step",
     ],
 }
 
