@@ -294,7 +294,8 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
     # keep=1 keeps the newest, and the newest durable one; no shards on the directory.
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000004", "step-00000006"]
     assert not list(tmp_path.rglob("*.distcp"))
-    assert marker(tmp_path, 6) | {"committed_at": 0} == {
+    assert set(marker(tmp_path, 6)["digests"]) == {"rank_0", "rank_1"}  # each rank's shard, as serialised
+    assert marker(tmp_path, 6) | {"committed_at": 0, "digests": {}} == {
         "step": 6,
         "world_size": 2,
         "committed_at": 0,
@@ -305,6 +306,8 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
         "save_index": 3,
         "healthy": True,
         "verified": False,
+        "digest_algorithm": "crc32",
+        "digests": {},
     }
 
     memory_tier.lose_everything()  # every node restarted: only S3 still has checkpoints
@@ -313,7 +316,7 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
     (skipped,) = events(again.stdout, "checkpoint_skipped")
     assert skipped["path"].endswith("step-00000006")
     missing = f"LookupError: step 6 of namespace {namespace} is not in the memory tier"
-    assert skipped["reason"] == f"memory: rank 0: {missing}; rank 1: {missing}"  # every rank's outcome
+    assert skipped["reason"] == f"memory: ranks 0, 1: {missing}"  # every rank's outcome
     (resume,) = events(again.stdout, "resume")
     assert (resume["step"], resume["source"]) == (4, "s3")
     assert summary(again.stdout)["param_sha256"] == reference_run["param_sha256"]
@@ -323,13 +326,18 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
         (8, ["memory"]),
         (10, ["memory", "s3"]),
     ]
-    # Retention follows keep=1 in the tiers as on disk: only step 10 is left, in memory and in S3.
-    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000010"]
+    # Retention follows keep=1 in the tiers as on disk: step 10, and step 4, the newest checkpoint whose
+    # digests a load verified (kept whatever keep says), in S3.
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000004", "step-00000010"]
+    assert marker(tmp_path, 4)["verified"] is True
     assert memory_tier.stored()[namespace] == {10: [0, 1, 2]}
     assert s3_keys(f"{tmp_path.name}/{namespace}/") == [
         "rank_0/step_10/checkpoint.pt",
         "rank_0/step_10/metadata.metadata",
+        "rank_0/step_4/checkpoint.pt",
+        "rank_0/step_4/metadata.metadata",
         "rank_1/step_10/checkpoint.pt",
+        "rank_1/step_4/checkpoint.pt",
     ]
 
 
@@ -389,6 +397,28 @@ def test_lost_memory_without_s3_is_no_fresh_start(memory_tier: MemoryTier, tmp_p
 
 
 @pytest.mark.torch
+def test_a_corrupt_shard_in_the_memory_tier_is_refused(memory_tier: MemoryTier, tmp_path: Path) -> None:
+    """One byte of rank 1's shard of step 4 changed inside the memory tier (its own xxh3 checksum, computed
+    on what it holds, still agrees): the digest taken when the shard was serialised refuses it on every
+    rank, naming the step and the shard, and the run resumes from step 2."""
+    common = [f"--checkpoint-dir={tmp_path}", "--checkpoint-every=2", "--tiered-checkpointing", *PG_TIMEOUT]
+    first = train(["--steps=4", *common])
+    assert first.returncode == 0, first.stderr[-3000:]
+    namespace = marker(tmp_path, 4)["namespace"]
+    with memory_tier.lock:
+        shard = bytearray(memory_tier.shards[namespace][4][1])
+        shard[len(shard) // 2] ^= 0x01
+        memory_tier.shards[namespace][4][1] = bytes(shard)
+    again = train(["--steps=6", *common])
+    assert again.returncode == 0, again.stderr[-3000:]
+    (skipped,) = events(again.stdout, "checkpoint_skipped")
+    assert skipped["path"].endswith("step-00000004")
+    assert "DigestMismatch: step 4: the shard of rank_1 does not match its digest" in skipped["reason"]
+    (resume,) = events(again.stdout, "resume")
+    assert (resume["step"], resume["source"]) == (2, "memory")
+
+
+@pytest.mark.torch
 def test_unreachable_memory_tier_falls_back_to_the_directory(
     monkeypatch: pytest.MonkeyPatch, reference_run: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -428,7 +458,7 @@ def test_a_memory_tier_outage_on_one_rank_at_save_sends_the_run_to_the_directory
     assert "injected memory-tier outage at step 4" in result.stderr  # the fault really fired, on rank 1
     tiered, fallback = events(result.stdout, "checkpoint_storage")
     assert (tiered["storage"], fallback["storage"], fallback["requested"]) == ("tiered", "directory", "tiered")
-    assert "step 4 failed: rank 0: CheckpointException" in fallback["reason"]
+    assert "rank 1: SageMakerInMemoryTierError: injected memory-tier outage at step 4" in fallback["reason"]
     committed = [(r["step"], r["storage"]) for r in events(result.stdout, "checkpoint")]
     if mode == "sync":  # that save itself went to the directory
         assert committed == [(2, "tiered"), (4, "directory"), (6, "directory"), (8, "directory"), (10, "directory")]
