@@ -18,9 +18,14 @@ export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
 setup: $(STAMP)
 
+# uv installs the pinned dependencies from its cache (~/.cache/uv, $$UV_CACHE_DIR), hard-linked: a fresh clone's
+# venv in ~20 s once the first install has downloaded torch's CUDA build (several GB; pip here re-downloads it
+# every time, the registry's responses not being cacheable).
+UV_VERSION := 0.13.8
 $(STAMP): pyproject.toml package.json package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,train,ray,data]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev,train,ray,data]'
 	npm ci --no-fund --no-audit --loglevel=error
 	touch $@
 
@@ -37,7 +42,9 @@ dashboard: synth
 # The control-plane tiers (tests/test_control_plane.py, _operators_real, _validate_real_api, _rehearse) need
 # `make k8s`; test builds it first (a fresh machine: about 10 minutes of Go, once). A piece that cannot be built
 # here (no Go, a module the proxy refuses) is reported, and only the tests that need it skip, with the reason.
-test: $(STAMP) lint crds checkov k8s-for-tests
+# The checks and builds it needs run side by side (mypy is the longest, ~1 min on a fresh clone).
+test: $(STAMP)
+	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint crds checkov k8s-for-tests
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) -q --durations=25
 
 # The tiers are pytest markers set from the fixtures each test uses (tests/tiers.py); tests/test_tiers.py holds
@@ -66,10 +73,10 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.stamp-checkov-$(CHECKOV_VERSION)
 
 checkov: $(CHECKOV_STAMP)
 
-$(CHECKOV_STAMP):
+$(CHECKOV_STAMP): $(STAMP)
 	rm -rf $(CHECKOV_VENV)
-	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check checkov==$(CHECKOV_VERSION)
+	$(PYTHON) -m venv --without-pip $(CHECKOV_VENV)
+	$(BIN)/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
 	touch $@
 
 # The pinned upstream CRDs the manifests are validated against (llm_infra/rehearsal/crds.py has the sources).
