@@ -30,7 +30,7 @@ from llm_infra.constructs.nag import (
 )
 from llm_infra.constructs.training_bucket import TrainingBucket
 from llm_infra.constructs.validation import ConstructValidationError, is_token, require_literal
-from llm_infra.instance_types import INSTANCE_PROFILES, instance_profile
+from llm_infra.instance_types import INSTANCE_PROFILES, instance_profile, ultraserver_refusal
 from llm_infra.node_labels import EFA_LABEL, GPU_TAINT_KEY, NODE_ROLE_LABEL
 from llm_infra.service_limits import (
     HYPERPOD_DEEP_HEALTH_CHECK_FAMILIES,
@@ -93,6 +93,9 @@ class HyperPodInstanceGroup:
                 f"{where}.instance_type: {self.instance_type!r} must carry the SageMaker 'ml.' prefix, "
                 f"e.g. ml.{self.instance_type}"
             )
+        refusal = ultraserver_refusal(self.instance_type)
+        if refusal:
+            raise ValueError(f"{where}.instance_type: {refusal}; allowed: " + ", ".join(HYPERPOD_INSTANCE_TYPES))
         if self.instance_type not in HYPERPOD_INSTANCE_TYPES:
             raise ValueError(
                 f"{where}.instance_type: {self.instance_type!r} is not supported; allowed: "

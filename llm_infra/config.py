@@ -14,7 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, get_type_hints
 
-from llm_infra.instance_types import INSTANCE_PROFILES, EfaLayout, InstanceProfile, instance_profile
+from llm_infra.instance_types import (
+    INSTANCE_PROFILES,
+    EfaLayout,
+    InstanceProfile,
+    instance_profile,
+    ultraserver_refusal,
+)
 from llm_infra.queueing import SYSTEM_INSTANCE_TYPES
 from llm_infra.service_limits import (
     FSX_PERSISTENT_2_CAPACITY_RULE,
@@ -526,10 +532,8 @@ def _check_network(c: TrainingConfig) -> list[str]:
 def _check_gpu_nodes(c: TrainingConfig) -> list[str]:
     errors: list[str] = []
     if c.gpu_instance_type.removeprefix("ml.") not in INSTANCE_PROFILES:
-        errors.append(
-            f"gpu_instance_type: {c.gpu_instance_type!r} is not supported; allowed: "
-            + ", ".join(sorted(INSTANCE_PROFILES))
-        )
+        why = ultraserver_refusal(c.gpu_instance_type) or f"{c.gpu_instance_type!r} is not supported"
+        errors.append(f"gpu_instance_type: {why}; allowed: " + ", ".join(sorted(INSTANCE_PROFILES)))
     elif c.efa and not c.gpu_profile.efa_supported:
         efa_types = sorted(p.instance_type for p in INSTANCE_PROFILES.values() if p.efa_supported)
         errors.append(f"efa: {c.gpu_instance_type} has no EFA; set efa=false or pick one of: {', '.join(efa_types)}")

@@ -58,6 +58,14 @@ _PROFILES = [
     InstanceProfile("p5.48xlarge", 8, "H100", 80, 32, 32, EfaLayout.EFA_ONLY, 375, 192, 2048, 400),
     InstanceProfile("p5e.48xlarge", 8, "H200", 141, 32, 32, EfaLayout.EFA_ONLY, 375, 192, 2048, 400),
     InstanceProfile("p5en.48xlarge", 8, "H200", 141, 16, 16, EfaLayout.EFA_ONLY, 375, 192, 2048, 400),
+    # p6-b200: AWS, "Specifications for Amazon EC2 accelerated computing instances"
+    # (docs.aws.amazon.com/ec2/latest/instancetypes/ac.html): 8 x NVIDIA B200, 1432 GiB (8 x 179 GiB), 192 vCPUs
+    # (96 cores x 2), 2048 GiB, 3200 Gigabit, EFA, 8 network cards, 32 network interfaces. moto 5.2.5's bundled
+    # DescribeInstanceTypes data agrees: MaximumEfaInterfaces 8, every card takes interface/efa/efa-only (so card 0
+    # carries EFA too: the efa-only layout), 183359 MiB per GPU. Floors: EFA 3200 Gbps as p5/p5en, so their 375 GB/s;
+    # NVLink 5 moves 1.8 TB/s per GPU, twice NVLink 4 (NVIDIA's B200 and H100 data sheets), and the floor is 1.5 x
+    # H100's 400 GB/s: 600 GB/s, conservative until calibrated on your own nodes.
+    InstanceProfile("p6-b200.48xlarge", 8, "B200", 179, 8, 8, EfaLayout.EFA_ONLY, 375, 192, 2048, 600),
     InstanceProfile("g5.12xlarge", 4, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8, 48, 192, 8),
     InstanceProfile("g5.48xlarge", 8, "A10G", 24, 1, 1, EfaLayout.EFA_LEGACY, 8, 192, 768, 8),
     InstanceProfile("g5.2xlarge", 1, "A10G", 24, 1, 0, EfaLayout.EFA_LEGACY, 1, 8, 32, 1),
@@ -76,7 +84,26 @@ def instance_profile(instance_type: str) -> InstanceProfile:
         return INSTANCE_PROFILES[name]
     except KeyError:
         allowed = ", ".join(sorted(INSTANCE_PROFILES))
-        raise ValueError(f"unknown GPU instance type {instance_type!r}; supported: {allowed}") from None
+        why = ultraserver_refusal(instance_type) or f"unknown GPU instance type {instance_type!r}"
+        raise ValueError(f"{why}; supported: {allowed}") from None
+
+
+# GB200 UltraServer nodes (EC2 p6e-gb200.36xlarge, HyperPod ml.p6e-gb200.36xlarge), which HyperPod's API accepts.
+ULTRASERVER_FAMILIES = ("p6e-gb200",)
+
+
+def ultraserver_refusal(instance_type: str) -> str | None:
+    """Why this library refuses an UltraServer instance type, or None for any other type."""
+    name = instance_type.removeprefix("ml.")
+    if name.split(".", 1)[0] not in ULTRASERVER_FAMILIES:
+        return None
+    return (
+        f"{instance_type!r} is a GB200 UltraServer node, which this library does not yet support: its 4 GPUs share "
+        "one NVLink domain with the other nodes of the UltraServer (up to 72 GPUs), which needs NVIDIA IMEX channels "
+        "on every node and pods placed by NVLink domain (NVIDIA's DRA driver ComputeDomains on EKS), UltraServer "
+        "capacity, arm64 (Grace) AMIs and images, and its own EFA layout (17 network cards); none of that is built "
+        "or tested here"
+    )
 
 
 def kubelet_reserved_millicpu(vcpus: int) -> float:

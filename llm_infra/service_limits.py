@@ -15,7 +15,11 @@ FSX_PERSISTENT_2_CAPACITY_RULE = "1200 or a multiple of 2400"
 
 # SageMaker HyperPod
 HYPERPOD_DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
-HYPERPOD_DEEP_HEALTH_CHECK_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en")
+# The families we run deep health checks on: the P instances with NVSwitch and EFA. AWS's deep-health-check page
+# (sagemaker-hyperpod-eks-resiliency-deep-health-checks) lists each check as for "GPU" instances: GPU/NVLink
+# counts, DCGM level 4, EFA and NCCL tests; AWS's HyperPod Helm chart (aws/sagemaker-hyperpod-cli,
+# helm_chart/HyperPodHelmChart) schedules its health agent and device plugins on ml.p6-b200.48xlarge.
+HYPERPOD_DEEP_HEALTH_CHECK_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200")
 HYPERPOD_NODE_RECOVERY = ("Automatic", "None")
 # NodeProvisioningMode: the API knows only "Continuous"; left out, HyperPod scales the standard way
 # (botocore sagemaker 2017-07-24 ClusterNodeProvisioningMode; cfn-lint schema AWS::SageMaker::Cluster).

@@ -368,6 +368,11 @@ def make_cluster(**group_changes: object) -> None:
             "deep_health_checks: unknown GpuBurn; allowed: InstanceStress, InstanceConnectivity",
         ),
         ({"instance_type": "ml.g5.48xlarge"}, "ml.g5.48xlarge does not support deep health checks"),
+        (
+            {"instance_type": "ml.p6e-gb200.36xlarge"},
+            "instance_groups[gpu].instance_type: 'ml.p6e-gb200.36xlarge' is a GB200 UltraServer node, which this "
+            "library does not yet support",
+        ),
         ({"instance_type": "ml.m5.2xlarge"}, "instance_groups[gpu].gpu: ml.m5.2xlarge has no GPUs"),
         ({"threads_per_core": 4}, "threads_per_core: 4 is not allowed"),
     ],

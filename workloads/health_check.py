@@ -77,9 +77,14 @@ REMAPPED_ROWS_QUERY = [
 ]
 NVLINK_STATUS = ["nvidia-smi", "nvlink", "--status"]
 # NVLinks per GPU, by the GPU name nvidia-smi prints (NVIDIA's datasheets): H100 SXM5 and H200 SXM
-# have 18 fourth-generation links, A100 SXM4 12 third-generation links. PCIe and NVL cards (bridges)
-# are not listed; parts without NVLink (A10G, L40S) list no links at all.
-NVLINKS_PER_GPU = [(re.compile(r"\b(H100|H200)\b(?!.*\b(PCIe|NVL)\b)"), 18), (re.compile(r"A100-SXM4"), 12)]
+# have 18 fourth-generation links, B200 (HGX B200, "NVIDIA B200"; not GB200) 18 fifth-generation links,
+# A100 SXM4 12 third-generation links. PCIe and NVL cards (bridges) are not listed; parts without NVLink
+# (A10G, L40S) list no links at all.
+NVLINKS_PER_GPU = [
+    (re.compile(r"\b(H100|H200)\b(?!.*\b(PCIe|NVL)\b)"), 18),
+    (re.compile(r"\bB200\b"), 18),
+    (re.compile(r"A100-SXM4"), 12),
+]
 
 # The driver's Xid line (open-gpu-kernel-modules, kernel-open/nvidia/nv-tracepoint.h and
 # kern_gpu_error_cont_ga100.c): "NVRM: Xid (PCI:0000:01:00): 94, ..." or, on a MIG instance,
@@ -603,7 +608,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--expected-efa", type=int, required=True)
     parser.add_argument("--gpu-name", help="substring every GPU name must contain, e.g. H100")
     parser.add_argument(
-        "--expected-nvlinks", type=int, help="active NVLinks per GPU (default: by GPU type, H100/H200 SXM 18)"
+        "--expected-nvlinks", type=int, help="active NVLinks per GPU (default: by GPU type, H100/H200 SXM and B200 18)"
     )
     parser.add_argument("--dcgm-diag-level", type=int, default=1, choices=[0, 1, 2, 3], help="0: off")
     parser.add_argument("--kmsg", default="/dev/kmsg", help="the kernel log device (a file in tests)")

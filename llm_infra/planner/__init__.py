@@ -54,7 +54,11 @@ MODELS: tuple[Model, ...] = ("daly", "linear")
 
 # On-Demand $ per instance-hour, us-east-1, Linux, after AWS's June 2025 P4/P5 price reduction.
 # Prices change and differ by region, reservation and savings plan: plan with yours.
-PRICE_PRESETS = {"p5.48xlarge": 55.04, "p4d.24xlarge": 21.96}
+# p6-b200.48xlarge: $113.9328, us-east-1 Linux On-Demand as AWS's EC2 price list has carried it since the type's
+# launch (May 2025); read here on 2026-12-04 in copies of that list (DoiT's and Vantage's instance pages), not on
+# AWS's own pricing page, and not found for us-west-2: check yours in AWS's Price List API (service code
+# AmazonEC2, instanceType p6-b200.48xlarge).
+PRICE_PRESETS = {"p5.48xlarge": 55.04, "p4d.24xlarge": 21.96, "p6-b200.48xlarge": 113.9328}
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,16 @@ STALL_PRESETS = {
     # saved within seconds" on 100s to 15,000+ GPUs. 10 s is the upper end of "seconds".
     "tiered": Preset(
         10.0, f"AWS, HyperPod managed tiered checkpointing, saves within seconds: {AWS_TIERED_CHECKPOINTING}"
+    ),
+}
+
+# A GPU's dense (no 2:4 sparsity) bf16 tensor peak, TFLOP/s: NVIDIA publishes the sparse figure, twice the dense.
+PEAK_TFLOPS_PRESETS = {
+    "h100": Preset(989.0, "NVIDIA H100 SXM data sheet: 1,979 TFLOPS bf16 with sparsity (H200 SXM the same)"),
+    "b200": Preset(
+        2250.0,
+        "NVIDIA HGX B200 specification (nvidia.com/en-us/data-center/hgx): 36 PFLOPS FP16/BF16 with sparsity "
+        "for 8 GPUs, 4.5 per GPU",
     ),
 }
 

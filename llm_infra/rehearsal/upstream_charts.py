@@ -155,6 +155,7 @@ EFA_DEFAULT_INSTANCE_TYPES = [
     "p5.48xlarge",
     "p5e.48xlarge",
     "p5en.48xlarge",
+    "p6-b200.48xlarge",
     "g5.12xlarge",
     "g5.48xlarge",
     "g6e.12xlarge",

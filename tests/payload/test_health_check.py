@@ -140,6 +140,30 @@ def test_healthy_p5_node_passes(capsys, tmp_path: Path) -> None:
     assert checks["dcgm_diag"]["skipped"] and "dcgmi is not in this image" in checks["dcgm_diag"]["detail"]
 
 
+def test_a_p6_b200_node_is_held_to_8_b200s_18_links_each_and_8_efa_devices(capsys, tmp_path: Path) -> None:
+    # What the validation chart passes for p6-b200.48xlarge (test_manifests.py), on the p5 recordings renamed.
+    fake_sysfs(tmp_path, efa=8)
+    b200 = {"--expected-efa": "8", "--gpu-name": "B200"}
+
+    def renamed(outputs: dict[str, str]):
+        run = runner(outputs)
+        return lambda command: run(command).replace("NVIDIA H100 80GB HBM3", "NVIDIA B200")
+
+    code, result = verdict(capsys, tmp_path, renamed(HEALTHY), **b200)
+    assert code == 0 and result["verdict"] == "pass", result
+    checks = by_name(result)
+    assert checks["gpu_names"]["detail"] == "NVIDIA B200"
+    assert checks["nvlink"]["detail"] == "144 links up (18 per GPU)"
+    assert checks["efa_ports"]["detail"] == "all ports of 8 EFA devices ACTIVE"
+    code, result = verdict(
+        capsys, tmp_path, renamed({**HEALTHY, "nvidia-smi nvlink": "nvidia_smi_nvlink_missing.txt"}), **b200
+    )
+    assert code == 1 and by_name(result)["nvlink"]["detail"] == "NVLinks missing: ['GPU 5: 16 of 18 links active']"
+    code, result = verdict(capsys, tmp_path, renamed(HEALTHY), **{**b200, "--gpu-name": "H100"})
+    assert code == 1 and not by_name(result)["gpu_names"]["ok"]
+    assert health_check.expected_nvlinks("B200") == 18 and health_check.expected_nvlinks("NVIDIA GB200") is None
+
+
 def test_each_fault_fails_the_node(capsys, tmp_path: Path) -> None:
     fake_sysfs(tmp_path, efa=31, down=2)  # one EFA device missing, two ports down
     outputs = {

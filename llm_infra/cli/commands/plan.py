@@ -39,6 +39,7 @@ from llm_infra.planner import (
     LLAMA3_UNEXPECTED_INTERRUPTIONS,
     MODELS,
     MODES,
+    PEAK_TFLOPS_PRESETS,
     PRICE_PRESETS,
     RECOVERY_PRESETS,
     STALL_PRESETS,
@@ -62,7 +63,7 @@ DEFAULT_STALL_SECONDS = 60.0
 DEFAULT_RECOVERY_AUTO = "hyperpod-auto"
 DEFAULT_RECOVERY_MANUAL = "manual"
 DEFAULT_MFU = 0.4
-DEFAULT_PEAK_TFLOPS = 989.0  # H100 / H200 SXM, dense bf16
+DEFAULT_PEAK_TFLOPS = "h100"  # a PEAK_TFLOPS_PRESETS name: H100 / H200 SXM, dense bf16
 DEFAULT_PRICE_PRESET = "p5.48xlarge"
 CHECKPOINTLESS = "hyperpod-checkpointless"  # the recovery preset that resumes from the last step
 FAILURE_SOURCES = {
@@ -211,12 +212,13 @@ def add_job_flags(parser: argparse.ArgumentParser, *, simulating: bool) -> argpa
         help=f"model FLOPs utilization, a fraction of the GPU's peak; only with --tokens and --params "
         f"(default {DEFAULT_MFU:g})",
     )
+    peaks = ", ".join(f"{name} ({p.value:g})" for name, p in PEAK_TFLOPS_PRESETS.items())
     size.add_argument(
         "--peak-tflops",
-        type=number(above=0),
-        metavar="TFLOPS",
-        help=f"a GPU's dense bf16 peak, TFLOP/s; only with --tokens and --params (default {DEFAULT_PEAK_TFLOPS:g}: "
-        "H100 and H200 SXM)",
+        type=number_or_preset(PEAK_TFLOPS_PRESETS, "TFLOP/s", above=0),
+        metavar="TFLOPS|PRESET",
+        help=f"a GPU's dense bf16 peak, TFLOP/s, or a preset: {peaks}; only with --tokens and --params (default "
+        f"{DEFAULT_PEAK_TFLOPS}: H100 and H200 SXM)",
     )
     size.add_argument(
         "--gpus-per-instance",
@@ -586,7 +588,9 @@ def _gpu_hours(
             rate = runs.tokens_per_gpu_second
             overridden.append(f"tokens_per_gpu_second = {rate.value:g} ({rate.how}): --params given")
         mfu = DEFAULT_MFU if args.mfu is None else args.mfu
-        peak = DEFAULT_PEAK_TFLOPS if args.peak_tflops is None else args.peak_tflops
+        peak = _number_or_preset(
+            DEFAULT_PEAK_TFLOPS if args.peak_tflops is None else args.peak_tflops, PEAK_TFLOPS_PRESETS
+        )
         return gpu_hours_for(args.tokens, args.params, mfu, peak)
     if runs.tokens_per_gpu_second is None:
         raise UsageError("--tokens needs --params (or --from-run with measured tokens/s)")
