@@ -33,6 +33,7 @@ from llm_infra.cli.commands import cluster_access
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.base_chart import payload_files
 from llm_infra.rehearsal import crds
+from llm_infra.rehearsal.control_plane import die_with_parent
 from llm_infra.stacks.training_app import add_training_stacks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -131,6 +132,7 @@ class TorchLaunch:
             text=True,
             env=self.environment(),
             cwd=WORKLOADS,
+            preexec_fn=die_with_parent(),  # torchrun and its workers die with a SIGKILLed test run
             start_new_session=True,
             **popen,
         )

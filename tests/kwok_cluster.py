@@ -230,6 +230,7 @@ class KwokCluster:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                preexec_fn=cp.die_with_parent(),  # nothing outlives a SIGKILLed test run
                 start_new_session=True,
             )
 
