@@ -38,7 +38,7 @@ import yaml
 from shared_plane import drop_namespace, new_namespace, wait_for
 
 from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
-from llm_infra.ops.kube import Kube, KubeError
+from llm_infra.ops.kube import Kube, KubeError, KubeNotFound
 from llm_infra.rehearsal import control_plane as cp
 
 MANAGED_ANNOTATION = "llm-infra.test/kwok"  # nodes the log-serving KWOK manages: "logs"
@@ -597,8 +597,6 @@ class PodRuntime(Loop):
                 self.done.add(uid)
 
     def _finish(self, kube: Kube, pod: dict[str, Any]) -> None:
-        from kubernetes.dynamic.exceptions import NotFoundError
-
         metadata = pod["metadata"]
         (owner,) = [ref for ref in metadata.get("ownerReferences") or [] if ref.get("controller")]
         job = kube.get(owner["apiVersion"], owner["kind"], owner["name"], metadata["namespace"])
@@ -609,7 +607,7 @@ class PodRuntime(Loop):
         log, code = self.payload(job, pod_index(pod), pod["spec"]["nodeName"])
         serve_log(self.cluster, kube, pod, log)
         if code is not None:
-            with contextlib.suppress(NotFoundError):
+            with contextlib.suppress(KubeNotFound):  # the job ended and took its pods meanwhile
                 kube.patch(
                     "v1",
                     "Pod",

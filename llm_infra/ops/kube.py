@@ -19,6 +19,10 @@ class KubeError(RuntimeError):
     """A Kubernetes API call failed, or the API does not serve a kind; the message names the object."""
 
 
+class KubeNotFound(KubeError):
+    """The object a call names is not there (404)."""
+
+
 def context_for_cluster(cluster_arn: str, kubeconfig: str | None = None) -> str:
     """The kubeconfig context whose cluster is ``cluster_arn`` (``aws eks update-kubeconfig``'s naming)."""
     from kubernetes import config
@@ -119,7 +123,7 @@ class Kube:
         except NotFoundError as err:
             if missing_ok:
                 return None
-            raise KubeError(f"{what}: not found: {_message(err.body)}") from None
+            raise KubeNotFound(f"{what}: not found: {_message(err.body)}") from None
         except DynamicApiError as err:
             raise KubeError(f"{what}: {err.status} {err.reason}: {_message(err.body)}") from None
 
