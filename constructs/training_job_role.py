@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from llm_infra.config import TRAINING_NAMESPACE, TRAINING_SERVICE_ACCOUNT
 from llm_infra.constructs.training_cluster import TrainingCluster
 
 
@@ -23,8 +24,8 @@ class TrainingJobRole(Construct):
         *,
         cluster: TrainingCluster,
         access_policies: list[iam.IManagedPolicy],
-        namespace: str = "training",
-        service_account: str = "training",
+        namespace: str = TRAINING_NAMESPACE,
+        service_account: str = TRAINING_SERVICE_ACCOUNT,
     ) -> None:
         super().__init__(scope, construct_id)
         self.namespace = namespace

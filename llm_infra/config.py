@@ -71,6 +71,9 @@ COMPUTE_MODES = ("eks", "hyperpod")
 # Gang admission: kueue (this app's Kueue on plain EKS, AWS's task governance on HyperPod) or none.
 QUEUEING = ("kueue", "none")
 DEFAULT_HYPERPOD_TEAM = "training"
+# Where the jobs run on plain EKS, and the service account their pods use (Pod Identity's association names both).
+TRAINING_NAMESPACE = "training"
+TRAINING_SERVICE_ACCOUNT = "training"
 # AWS::SageMaker::ComputeQuota ComputeQuotaTarget.TeamName (CloudFormation's schema; the namespace hyperpod-ns-<team>).
 _TEAM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9]){0,39}?$")
 # Both compute modes: "SageMaker HyperPod supports Kubernetes versions 1.30, 1.31, 1.32, 1.33, 1.34,
@@ -369,7 +372,7 @@ class TrainingConfig:
         ``training``."""
         if self.queueing_mode == "task-governance":
             return f"hyperpod-ns-{self.hyperpod_team}"
-        return "training"
+        return TRAINING_NAMESPACE
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
