@@ -20,7 +20,7 @@ from typing import Any
 from llm_infra.instance_types import INSTANCE_PROFILES
 from llm_infra.node_labels import INSTANCE_TYPE_LABEL
 from llm_infra.service_limits import HYPERPOD_TRAINING_OPERATOR_NAMESPACE
-from llm_infra.versions import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, NVIDIA_DEVICE_PLUGIN
+from llm_infra.versions import EFA_DEVICE_PLUGIN, KUBERAY_OPERATOR, KUEUE, NVIDIA_DEVICE_PLUGIN
 
 CRITICAL_ADDONS_ONLY = {"key": "CriticalAddonsOnly", "operator": "Exists"}
 # HyperPod labels each of its nodes with this (value as in published listings of HyperPod nodes, e.g.
@@ -212,6 +212,33 @@ def _kuberay_operator(values: dict[str, Any]) -> list[PodTemplate]:
     return [PodTemplate("kuberay-operator", spec)]
 
 
+# sigs.k8s.io/kueue v0.17.0 charts/kueue: values.yaml (controllerManager.replicas 1, manager.resources requests
+# 500m/512Mi, nodeSelector {}, tolerations []) and templates/manager/manager.yaml (one Deployment,
+# kueue-controller-manager, taking those). The chart's CRDs (crds/) come with it.
+KUEUE_DEFAULTS: dict[str, Any] = {"replicas": 1, "nodeSelector": {}, "tolerations": [], "affinity": {}}
+KUEUE_MANAGER_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
+KUEUE_KINDS = frozenset(
+    ("kueue.x-k8s.io", kind)
+    for kind in ("ResourceFlavor", "ClusterQueue", "LocalQueue", "Workload", "WorkloadPriorityClass", "Cohort")
+)
+
+
+def _kueue_manager(values: Mapping[str, Any]) -> PodTemplate:
+    v = helm_coalesce(KUEUE_DEFAULTS, values.get("controllerManager") or {})
+    requests = ((v.get("manager") or {}).get("resources") or {}).get("requests") or KUEUE_MANAGER_REQUESTS
+    spec = _pod(
+        affinity=v.get("affinity"),
+        node_selector=v.get("nodeSelector"),
+        tolerations=v.get("tolerations"),
+        requests=requests,
+    )
+    return PodTemplate("kueue-controller-manager", spec, replicas=int(v["replicas"]))
+
+
+def _kueue(values: dict[str, Any]) -> list[PodTemplate]:
+    return [_kueue_manager(values)]
+
+
 PINNED_CHARTS: dict[tuple[str, str], ChartModel] = {
     (NVIDIA_DEVICE_PLUGIN.chart, NVIDIA_DEVICE_PLUGIN.version): ChartModel(
         f"NVIDIA/k8s-device-plugin v{NVIDIA_DEVICE_PLUGIN.version} deployments/helm/nvidia-device-plugin",
@@ -224,6 +251,9 @@ PINNED_CHARTS: dict[tuple[str, str], ChartModel] = {
         f"ray-project/kuberay v{KUBERAY_OPERATOR.version} helm-chart/kuberay-operator (crds/)",
         _kuberay_operator,
         frozenset({("ray.io", "RayCluster"), ("ray.io", "RayJob"), ("ray.io", "RayService"), ("ray.io", "RayCronJob")}),
+    ),
+    (KUEUE.chart, KUEUE.version): ChartModel(
+        f"kubernetes-sigs/kueue v{KUEUE.version} charts/kueue", _kueue, KUEUE_KINDS
     ),
 }
 
@@ -465,11 +495,19 @@ def _hyperpod_training_operator(values: dict[str, Any], merge: str) -> list[PodT
     return [PodTemplate(HYPERPOD_TRAINING_OPERATOR_CONTROLLER, spec)]
 
 
+def _task_governance() -> list[PodTemplate]:
+    # amazon-sagemaker-hyperpod-taskgovernance: no public chart. AWS's upgrade guide says the add-on packages a
+    # Kueue release of AWS's choice, configured in kueue-system; modelled as Kueue's own controller manager at
+    # its chart's defaults (one replica, 500m/512Mi, no node selector): what the add-on adds is not published.
+    return [_kueue_manager({})]
+
+
 # The namespace each add-on's workloads run in; kube-system unless named here.
 ADDON_NAMESPACES = {
     "amazon-cloudwatch-observability": "amazon-cloudwatch",
     "cert-manager": "cert-manager",
     "amazon-sagemaker-hyperpod-training-operator": HYPERPOD_TRAINING_OPERATOR_NAMESPACE,
+    "amazon-sagemaker-hyperpod-taskgovernance": KUEUE.namespace,
 }
 # AWS's HyperPod chart installs into its stack's Namespace parameter, but for these (hard-coded).
 HYPERPOD_CHART_NAMESPACES = {"training-operator": "kubeflow"}
@@ -500,6 +538,7 @@ EKS_ADDONS: dict[str, tuple[str, AddonRender]] = {
     "eks-node-monitoring-agent": ("v1.7", _node_monitoring_agent),
     "cert-manager": ("v1.19", _cert_manager),
     "amazon-sagemaker-hyperpod-training-operator": ("v1.2", _hyperpod_training_operator),
+    "amazon-sagemaker-hyperpod-taskgovernance": ("v1.6", _unconfigurable(_task_governance)),
 }
 
 
