@@ -1,13 +1,13 @@
 """Which rank is late: each rank's position in the process group's store, read when a collective times out.
 
-As a rank enters a collective of the loop (the per-step agreement, a checkpoint), it writes one key of
-the store (the rendezvous's TCPStore): its step, the phase, its host and how long its own work before
-the collective took (:class:`WorkTimer`). When the collective times out, the survivors read every rank's
-key and name the ranks (and hosts) that did not arrive, instead of a bare timeout; when the store itself
-does not answer, its host is the one that died, and the error says so. The heartbeat reads the same keys
-to name the slowest rank: in synchronous training every rank sees the same step time, only the time of
-its own work tells a straggler apart. One store write per rank and phase: no collective, no host sync.
-Imports only torch and stdlib.
+As a rank enters the collectives of a step (FSDP's in its forward and backward, the per-step agreement,
+a checkpoint), it writes one key of the store (the rendezvous's TCPStore): its step, the phase, its host
+and how long its own work before the agreement took (:class:`WorkTimer`). When a collective fails, the
+survivors read every rank's key and name the ranks (and hosts) that did not arrive, instead of a bare
+timeout; when the store itself does not answer, its host is the one that died, and the error says so.
+The heartbeat reads the same keys to name the slowest rank: in synchronous training every rank sees the
+same step time, only the time of its own work tells a straggler apart. Two store writes per rank and step
+(three when it saves): no collective, no host sync. Imports only torch and stdlib.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 KEY_PREFIX = "llm_infra_position/"
-PHASES = ("agreement", "checkpoint")  # a step's collectives, in order
+PHASES = ("forward", "agreement", "checkpoint")  # a step's collectives, in order (FSDP's, then the loop's)
 
 
 class RanksLate(RuntimeError):
@@ -90,21 +90,21 @@ class RankPositions:
                 found[rank] = json.loads(self.store.get(key))
         return found
 
-    def late(self) -> str:
-        """Who has not arrived where this rank last arrived: one line, for the error the survivors raise
-        (and the stalled heartbeat)."""
+    def late(self) -> str | None:
+        """Who has not arrived where this rank last arrived, in one line; None when every rank has (what
+        failed there is then no late rank's doing)."""
         if self.last is None:
-            return "no collective of the loop entered yet"
+            return None
         step, phase = self.last
-        waited = f"{phase} of step {step} timed out"
+        waiting = f"waiting at the {phase} of step {step}"
         if self.store is None:
-            return f"{waited}; no store to tell which ranks did not arrive"
+            return f"{waiting}; no store to tell which ranks did not arrive"
         try:
             positions = self.read()
         except Exception as exc:  # noqa: BLE001 - the store's host may be the one that died
             where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
             return (
-                f"{waited}; the store at {where} does not answer either ({type(exc).__name__}: {exc}): its host "
+                f"{waiting}; the store at {where} does not answer either ({type(exc).__name__}: {exc}): its host "
                 "(rank 0's, or the launcher agent's) is probably the one that died"
             )
         here = (step, PHASES.index(phase))
@@ -116,9 +116,7 @@ class RankPositions:
             for rank in range(self.world_size)
             if rank not in positions or (positions[rank]["step"], PHASES.index(positions[rank]["phase"])) < here
         ]
-        if not behind:
-            return f"{waited}; every rank arrived: one is stuck inside it"
-        return f"{waited}; not arrived: {', '.join(behind)}"
+        return f"{waiting} for {', '.join(behind)}" if behind else None
 
     def slowest(self) -> dict[str, Any]:
         """For the heartbeat: the slowest rank's own work time in its last step against the median."""

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -955,18 +955,24 @@ class Trainer:
     def train_step(self, vote: CheckpointVote) -> tuple[Agreed, str | None]:
         """One optimizer step over the global batch: every micro-batch, clip, the per-step agreement (health,
         stop, save), then the optimizer and the schedule only when the guard finds the step healthy. The
-        agreed outcome and, for an unhealthy step (nothing of it applied), its cause."""
+        agreed outcome and, for an unhealthy step (nothing of it applied), its cause. Each rank records
+        where it is before the step's collectives: a failed collective names the ranks that did not arrive."""
         state, progress = self.state, self.state.progress
-        self.work.start()
-        loss = torch.zeros((), device=self.runtime.device)
-        for micro_step in range(self.batching.accumulation):
-            loss += self.forward_backward(micro_step)
-        loss = self.faults.poison_loss(loss, progress.samples // self.batching.global_batch + 1)
-        grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), 1.0)
-        if isinstance(grad_norm, DTensor):
-            grad_norm = grad_norm.to_local()  # replicated: every rank holds the whole norm
-        self.work.stop()
-        agreed = self.agree(loss, grad_norm, vote)
+        self.positions.arrive(progress.step + 1, "forward", self.work.last)
+        try:
+            self.work.start()
+            loss = torch.zeros((), device=self.runtime.device)
+            for micro_step in range(self.batching.accumulation):
+                loss += self.forward_backward(micro_step)
+            loss = self.faults.poison_loss(loss, progress.samples // self.batching.global_batch + 1)
+            grad_norm = torch.nn.utils.clip_grad_norm_(state.model.parameters(), 1.0)
+            if isinstance(grad_norm, DTensor):
+                grad_norm = grad_norm.to_local()  # replicated: every rank holds the whole norm
+            self.work.stop()
+            self.positions.arrive(progress.step + 1, "agreement", self.work.last)
+            agreed = agree_on_step(loss, grad_norm, self.stop, vote, self.runtime)
+        except RuntimeError as exc:  # gloo's timeout, a peer gone (NCCL's watchdog ends the process itself)
+            self.raise_late(exc)
         cause = self.guard.cause(progress.step + 1, agreed.ranks_non_finite, agreed.mean_loss, agreed.grad_norm)
         if cause is None:
             self.lr = state.optimizer.param_groups[0]["lr"]
@@ -977,19 +983,15 @@ class Trainer:
         state.optimizer.zero_grad(set_to_none=True)
         return agreed, cause
 
-    def agree(self, loss: torch.Tensor, grad_norm: torch.Tensor, vote: CheckpointVote) -> Agreed:
-        """:func:`agree_on_step`, this rank's arrival recorded first: a timeout names who did not arrive."""
-        self.positions.arrive(self.state.progress.step + 1, "agreement", self.work.last)
-        try:
-            return agree_on_step(loss, grad_norm, self.stop, vote, self.runtime)
-        except RuntimeError as exc:  # gloo's timeout or a peer gone (NCCL's watchdog ends the process itself)
-            raise self.late(exc) from exc
-
-    def late(self, exc: BaseException) -> RanksLate:
-        """The error a survivor raises when a collective of the loop failed: the ranks that did not arrive."""
-        message = f"{self.positions.late()} ({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
+    def raise_late(self, exc: RuntimeError) -> NoReturn:
+        """What a survivor raises when a collective of the loop failed: :class:`RanksLate` naming the ranks
+        that did not arrive (also on stderr), or ``exc`` itself when every rank arrived."""
+        behind = self.positions.late()
+        if behind is None:
+            raise exc
+        message = f"{behind} ({type(exc).__name__}: {str(exc).splitlines()[0][:300]})"
         print(json.dumps({"event": "late_ranks", "rank": self.runtime.rank, "reason": message}), file=sys.stderr)
-        return RanksLate(message)
+        raise RanksLate(message) from exc
 
     def train(self) -> int:
         """Resume, then the loop: a train step (with the agreement) and one checkpoint call per step, until
@@ -1047,7 +1049,7 @@ class Trainer:
         except CheckpointFailed:
             raise  # agreed on every rank already, with its cause
         except RuntimeError as exc:  # a checkpoint collective timed out, or a peer is gone
-            raise self.late(exc) from exc
+            self.raise_late(exc)
 
     # ---- resuming ---------------------------------------------------------------------------------
     def resume(self) -> tuple[int | None, list[str]]:
@@ -1207,7 +1209,7 @@ class Trainer:
             if runtime.is_main:
                 record.update(self.positions.slowest())
                 if record["tokens_per_s"] == 0:
-                    record["waiting"] = self.positions.late()
+                    record["waiting"] = self.positions.late()  # None: every rank is where rank 0 is
             emit(runtime, record, every_node=True)
 
         throughput = ThroughputMonitor(heartbeat, interval_s=self.config.run.throughput_interval_s)
