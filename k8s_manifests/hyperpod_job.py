@@ -151,7 +151,9 @@ def hyperpod_pytorch_job(
         # push is ray_image): no install at pod start. The stock DLC image falls back to installing it.
         image=values.ray_image or values.image,
         command=hyperpodrun_command(values, script, args, nodes),
-        extra_env={"PYTHONPATH": WORKLOADS_MOUNT},
+        # The job's identity for the payload's checkpoint lease (workloads/checkpoint_lease.py): the same in
+        # every pod of the job and at every restart (a pod's uid changes; a PyTorchJob's uid never reaches it).
+        extra_env={"PYTHONPATH": WORKLOADS_MOUNT, "LLM_INFRA_JOB": f"{values.namespace}/{name}"},
         affinity={**schedulable_gpu_node_affinity(), **one_pod_per_node(labels)},
     )
     (container,) = pod_spec["containers"]

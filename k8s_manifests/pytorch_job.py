@@ -52,7 +52,9 @@ def kubeflow_pytorch_job(
         values,
         container_name="pytorch",  # the training operator looks for this container name
         command=command,
-        extra_env={"PYTHONPATH": WORKLOADS_MOUNT},
+        # The job's identity for the payload's checkpoint lease (workloads/checkpoint_lease.py): the same in
+        # every pod of the job and at every restart (a pod's uid changes; a PyTorchJob's uid never reaches it).
+        extra_env={"PYTHONPATH": WORKLOADS_MOUNT, "LLM_INFRA_JOB": f"{values.namespace}/{name}"},
         affinity=one_pod_per_node(labels),
         # torchrun on the DLC's torch 2.8 gives its workers 30 s, whatever TORCH_ELASTIC_SHUTDOWN_TIMEOUT says.
         shutdown_seconds=values.torchrun_shutdown_seconds,
