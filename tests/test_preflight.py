@@ -18,13 +18,14 @@ from botocore.stub import Stubber
 
 from conftest import ACCOUNT, REGION, REPO_ROOT, app_config, run_cli
 from llm_infra.cli.commands import preflight as preflight_command
+from llm_infra.config import TrainingConfig
 from llm_infra.input_files import BadInput
 from llm_infra.preflight import checks as preflight
 from llm_infra.preflight import create_only
 from llm_infra.preflight.checks import FAIL, PASS, SKIP, WARN, QuotaBook
 from llm_infra.rehearsal import ports
 from llm_infra.stacks.training_app import add_training_stacks
-from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
+from llm_infra.versions import EKS_ADDONS, HYPERPOD_TASK_GOVERNANCE_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 RESERVATION = "cr-0123456789abcdef0"
 
@@ -521,10 +522,53 @@ def test_pinned_addon_not_served_names_pin_and_served_builds() -> None:
     assert "llm_infra/versions.py" in result.fix
 
 
-def test_pinned_addons_follow_the_training_operator() -> None:
-    assert preflight.pinned_addons(app_config()) == EKS_ADDONS["1.34"]
+NODE_MONITORING_AGENT = "eks-node-monitoring-agent"
+TASK_GOVERNANCE = "amazon-sagemaker-hyperpod-taskgovernance"
+EXISTING_CLUSTER = {
+    "existing_vpc_id": "vpc-0123456789abcdef0",
+    "existing_private_subnet_ids": "subnet-0123456789abcdef0,subnet-0123456789abcdef1",
+    "existing_nat_gateway_id": "nat-0123456789abcdef0",
+    "existing_cluster_name": "theirs",
+    "existing_cluster_security_group_id": "sg-0123456789abcdef0",
+}
+
+
+def test_pinned_addons_follow_what_the_config_installs() -> None:
+    """Every pinned add-on the config installs is checked, no other: the node monitoring agent in both modes,
+    the training operator and task governance on HyperPod (not with queueing=none), on an existing cluster only
+    what install_addons names."""
+    eks = preflight.pinned_addons(app_config())
+    assert eks == EKS_ADDONS["1.34"] and NODE_MONITORING_AGENT in eks
     hyperpod = preflight.pinned_addons(app_config(compute="hyperpod", kubernetes_version="1.35"))
-    assert hyperpod == {**EKS_ADDONS["1.35"], **HYPERPOD_TRAINING_OPERATOR_ADDONS["1.35"]}
+    assert hyperpod == {
+        **EKS_ADDONS["1.35"],
+        **HYPERPOD_TRAINING_OPERATOR_ADDONS["1.35"],
+        **HYPERPOD_TASK_GOVERNANCE_ADDONS["1.35"],
+    }
+    assert TASK_GOVERNANCE not in preflight.pinned_addons(app_config(compute="hyperpod", queueing="none"))
+    existing = TrainingConfig(**EXISTING_CLUSTER, install_addons=f"{NODE_MONITORING_AGENT},aws-fsx-csi-driver")
+    assert preflight.pinned_addons(existing) == {
+        name: EKS_ADDONS["1.34"][name] for name in (NODE_MONITORING_AGENT, "aws-fsx-csi-driver")
+    }
+    assert preflight.pinned_addons(TrainingConfig(**EXISTING_CLUSTER)) == {}
+
+
+@pytest.mark.parametrize(
+    "addon, pins",
+    [(NODE_MONITORING_AGENT, EKS_ADDONS["1.34"]), (TASK_GOVERNANCE, HYPERPOD_TASK_GOVERNANCE_ADDONS["1.34"])],
+)
+def test_the_new_addon_pins_are_checked_against_describe_addon_versions(addon: str, pins: dict[str, str]) -> None:
+    pinned = pins[addon]
+    eks, stub = stubbed("eks")
+    params = {"addonName": addon, "kubernetesVersion": "1.34"}
+    stub.add_response("describe_addon_versions", addon_versions(addon, "v9.9.9-eksbuild.1", pinned), params)
+    stub.add_response("describe_addon_versions", addon_versions(addon, "v9.9.9-eksbuild.1"), params)
+    with stub:
+        served = preflight.check_addon(eks, addon, pinned, "1.34")
+        missing = preflight.check_addon(eks, addon, pinned, "1.34")
+    assert served.status == PASS and pinned in served.detail
+    assert missing.status == FAIL and f"pinned {pinned} is not served" in missing.detail
+    assert "v9.9.9-eksbuild.1" in missing.detail and "HYPERPOD_TASK_GOVERNANCE_ADDONS" in missing.fix
 
 
 TRAINING_OPERATOR = preflight.HYPERPOD_TRAINING_OPERATOR_ADDON

@@ -32,7 +32,7 @@ from llm_infra.config import (
 from llm_infra.instance_types import EfaLayout
 from llm_infra.preflight import create_only
 from llm_infra.preflight.create_only import Replacement, Synthesized
-from llm_infra.versions import EKS_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
+from llm_infra.versions import EKS_ADDONS, HYPERPOD_TASK_GOVERNANCE_ADDONS, HYPERPOD_TRAINING_OPERATOR_ADDONS
 
 PASS, FAIL, WARN, SKIP = "PASS", "FAIL", "WARN", "SKIP"
 
@@ -197,11 +197,18 @@ def _check_addon(client: ClientFactory, addon: str, version: str, kubernetes_ver
 
 
 def pinned_addons(config: TrainingConfig) -> dict[str, str]:
-    """The EKS add-on builds the app installs for the config's Kubernetes version (versions.py)."""
-    addons = dict(EKS_ADDONS.get(config.kubernetes_version, {}))
-    if config.uses_hyperpod_training_operator:
-        addons.update(HYPERPOD_TRAINING_OPERATOR_ADDONS.get(config.kubernetes_version, {}))
-    return addons
+    """The EKS add-on builds the app installs for the config's Kubernetes version (versions.py): each pinned
+    add-on that ``config.installs`` names (the EKS node monitoring agent, the HyperPod training operator and
+    cert-manager, HyperPod task governance where the mode installs them; on an existing cluster,
+    ``install_addons``)."""
+    version = config.kubernetes_version
+    pins = {
+        **EKS_ADDONS.get(version, {}),
+        **HYPERPOD_TRAINING_OPERATOR_ADDONS.get(version, {}),
+        **HYPERPOD_TASK_GOVERNANCE_ADDONS.get(version, {}),
+    }
+    installs = config.installs
+    return {addon: build for addon, build in pins.items() if addon in installs}
 
 
 def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
@@ -701,7 +708,8 @@ def check_addon(eks: Any, addon: str, version: str, kubernetes_version: str) -> 
         name,
         FAIL,
         f"pinned {version} is not served for Kubernetes {kubernetes_version}; AWS serves: {offer}",
-        f"pin a served build of {addon} in llm_infra/versions.py (EKS_ADDONS / HYPERPOD_TRAINING_OPERATOR_ADDONS)"
+        f"pin a served build of {addon} in llm_infra/versions.py (EKS_ADDONS / HYPERPOD_TRAINING_OPERATOR_ADDONS / "
+        "HYPERPOD_TASK_GOVERNANCE_ADDONS)"
         if served
         else f"{addon} has no build for Kubernetes {kubernetes_version} here: pick another kubernetes_version",
     )
