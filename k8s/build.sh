@@ -6,14 +6,16 @@
 #   and, with `go install pkg@version` (their go.mod files have no replace directives): KWOK's
 #   controller (sigs.k8s.io/kwok/cmd/kwok), the Kubeflow training operator v1
 #   (github.com/kubeflow/training-operator/cmd/training-operator.v1) and the KubeRay operator
-#   (github.com/ray-project/kuberay/ray-operator, main package at the module root).
+#   (github.com/ray-project/kuberay/ray-operator, main package at the module root), and Kueue's controller
+#   (sigs.k8s.io/kueue/cmd/kueue: its own graph, k8s.io modules v0.35) into a folder of its own beside
+#   the others (kueue-build-dir of --versions), so that adding or bumping it rebuilds nothing else.
 # The versions (pinned in llm_infra/versions.py) and the folder come from `python -m llm_infra.rehearsal.control_plane
 # --versions`: .cache/k8s/<k8s>-<etcd>-<kwok>-training-operator-<v>-kuberay-<v>/ (or under
 # $LLM_INFRA_K8S_CACHE), each operator's CRDs (from its own module) into crds/<operator>/ there; a
 # binary already there is skipped, so a second run does nothing.
-# Usage: k8s/build.sh [binary ...] (default: all seven).
+# Usage: k8s/build.sh [binary ...] (default: all eight).
 # Needs Go >= 1.26, the highest `go` line of the modules built (k8s/go.mod and KWOK v0.7.0: 1.24.0;
-# KubeRay v1.7.0: 1.26.0, its fallback v1.6.0: 1.25.0), python3 (stdlib only; $PYTHON), and the Go module
+# KubeRay v1.7.0: 1.26.0, its fallback v1.6.0: 1.25.0; Kueue v0.17.0: 1.25.0), python3 (stdlib only; $PYTHON), and the Go module
 # proxy. Honours GO, PYTHON, GOFLAGS, GOMODCACHE, GOCACHE, GOPROXY; e.g. on a shared 2-core machine:
 #   GOFLAGS=-p=1 nice -n 19 k8s/build.sh
 # A module version the proxy will not serve can come from a git checkout of its tag instead:
@@ -132,7 +134,10 @@ build_kuberay() {
 fallbacks="" # what the last line repeats
 
 build_one() {
-    local name=$1 tmp start module why
+    local name=$1 tmp start module why out=$out
+    if [[ $name == kueue ]]; then
+        out=${version[kueue-build-dir]}
+    fi
     if [[ -x $out/$name ]]; then
         if [[ -z ${version[$name-fallback]:-} || $(built_version "$out/$name") != "${version[$name-fallback]}" ]]; then
             echo "k8s: $name already built in $out"
@@ -186,6 +191,12 @@ build_one() {
             fallbacks+=" $name ${version[$name-fallback]} (pinned ${version[$name]} not buildable)"
         fi
         ;;
+    kueue)
+        # Its CRDs and webhook manifests come from the same module too: `make crds` copies them (pinned by
+        # sha256, llm_infra/rehearsal/crds.py), so they need no build.
+        go_install "$tmp" "$name" "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${version[kueue]}" \
+            "sigs.k8s.io/kueue/cmd/kueue@${version[kueue]}"
+        ;;
     *)
         echo "build.sh: unknown binary $name" >&2
         return 1
@@ -205,9 +216,9 @@ build_one() {
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
     # kube-apiserver first: it is the one the tests need.
-    targets=(kube-apiserver etcd kube-scheduler kube-controller-manager kwok training-operator kuberay-operator)
+    targets=(kube-apiserver etcd kube-scheduler kube-controller-manager kwok training-operator kuberay-operator kueue)
 fi
 for name in "${targets[@]}"; do
     build_one "$name"
 done
-echo "k8s: binaries in $out${fallbacks:+; FALLBACK:$fallbacks (see above)}"
+echo "k8s: binaries in $out and ${version[kueue-build-dir]}${fallbacks:+; FALLBACK:$fallbacks (see above)}"

@@ -6,7 +6,10 @@ and what is kept when a test on a control plane fails.
   that should have acted). Its timeout guards against a hang and is generous on purpose: it is never the
   thing measured.
 - :func:`new_namespace` makes a namespace by ``generateName`` for the test that asks, and names it for the
-  logs kept on a failure (:data:`NAMESPACES`); the tests on the session's control plane keep to theirs.
+  logs kept on a failure (:data:`NAMESPACES`); the tests on the session's control plane keep to theirs. Where
+  Kueue runs, the namespace gets a LocalQueue ``default`` (Kueue gives a job without a queue label the
+  namespace's ``default`` queue) on a ClusterQueue of the tests' (:func:`default_queue`), so that the tests'
+  jobs go through Kueue's admission as every job does on the platform.
 - On a failure (tests/conftest.py's ``pytest_runtest_makereport``) :func:`keep_logs` writes, into
   ``.cache/test-logs/<test>/``, the log of every component of every control plane up now (what it wrote
   during the test), and for each of the test's namespaces its pods (with their logs) and events, as KubeRay's
@@ -111,14 +114,60 @@ def event_table(events: Iterable[dict[str, Any]]) -> str:
     return "\n".join(rows) or "(none)"
 
 
-def new_namespace(plane: cp.ControlPlane, kube: Kube, prefix: str) -> str:
-    """A namespace of the test's own, named by the API server (``generateName``), recorded for the logs."""
+def new_namespace(plane: cp.ControlPlane, kube: Kube, prefix: str, *, queue: bool = True) -> str:
+    """A namespace of the test's own, named by the API server (``generateName``), recorded for the logs; where
+    Kueue runs, with the LocalQueue ``default`` of :func:`default_queue` unless not ``queue``."""
     from kubernetes import client
 
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"generateName": f"{prefix[:40].rstrip('-')}-"}}
     name = str(client.CoreV1Api(kube.api_client).create_namespace(body).metadata.name)
     NAMESPACES.append((plane, name))
+    if queue and "kueue" in plane.running:
+        default_queue(kube, name)
     return name
+
+
+TESTS_QUEUE = "llm-infra-tests"
+QUEUED_RESOURCES = (  # every resource the tests' pods ask for: Kueue admits no workload asking for one not listed
+    "cpu",
+    "memory",
+    "ephemeral-storage",
+    "hugepages-2Mi",
+    "nvidia.com/gpu",
+    "vpc.amazonaws.com/efa",
+)
+
+
+def default_queue(kube: Kube, namespace: str, *, quota: str = "100000") -> None:
+    """A ResourceFlavor and a ClusterQueue of the tests' (cluster-wide, ``quota`` of each resource), and the
+    LocalQueue ``default`` on it in ``namespace``."""
+    api = "kueue.x-k8s.io/v1beta2"
+    meta = {"name": TESTS_QUEUE}
+    quotas = [{"name": name, "nominalQuota": quota} for name in QUEUED_RESOURCES]
+    for obj in (
+        {"apiVersion": api, "kind": "ResourceFlavor", "metadata": meta, "spec": {}},
+        {
+            "apiVersion": api,
+            "kind": "ClusterQueue",
+            "metadata": meta,
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": list(QUEUED_RESOURCES),
+                        "flavors": [{"name": TESTS_QUEUE, "resources": quotas}],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": api,
+            "kind": "LocalQueue",
+            "metadata": {"name": "default", "namespace": namespace},
+            "spec": {"clusterQueue": TESTS_QUEUE},
+        },
+    ):
+        kube.apply(obj)
 
 
 def slug(text: str) -> str:

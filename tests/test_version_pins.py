@@ -56,6 +56,7 @@ PINS = (
         r"(?i:kuberay)(?:[ -]operator|_version)?|ray-operator|kuberay-helm",
         also=(versions.KUBERAY_FALLBACK_VERSION,),
     ),
+    Pin("Kueue (make k8s, and the stack's chart and CRDs)", versions.KUEUE_VERSION, r"(?i:kueue)"),
     Pin("NVIDIA device plugin chart", versions.NVIDIA_DEVICE_PLUGIN.version, r"(?:nvidia|k8s)-device-plugin"),
     Pin("EFA device plugin chart", versions.EFA_DEVICE_PLUGIN.version, r"aws-efa-k8s-device-plugin"),
 )

@@ -1,9 +1,9 @@
 """A real Kubernetes control plane on 127.0.0.1, for tests and by hand (issue 22).
 
 ``ControlPlane(bin_dir)`` starts etcd and kube-apiserver (and kube-controller-manager,
-kube-scheduler, KWOK, the Kubeflow training operator and the KubeRay operator when they are built,
-the operators after their CRDs) from the binaries that ``make k8s`` builds into
-``.cache/k8s/<versions>/`` (:func:`build_dir`, or ``$LLM_INFRA_K8S_BIN_DIR``), on free loopback
+kube-scheduler, KWOK, the Kubeflow training operator, the KubeRay operator and Kueue when they are
+built, the operators after their CRDs, Kueue last with its webhooks on 127.0.0.1) from the binaries that
+``make k8s`` builds into ``.cache/k8s/<versions>/`` (:func:`build_dir`, or ``$LLM_INFRA_K8S_BIN_DIR``), on free loopback
 ports in a temporary folder; writes a kubeconfig (a bearer token in ``system:masters``); waits,
 bounded, for each component's health URL; and on exit, KeyboardInterrupt included, stops every
 process it started by its PID::
@@ -21,6 +21,7 @@ Every server binds 127.0.0.1 and nothing here dials any other address.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import ctypes
 import json
@@ -47,12 +48,14 @@ from types import FrameType, TracebackType
 from typing import Any, cast
 
 from llm_infra.ops.kube import Kube, KubeError
+from llm_infra.rehearsal import crds, kueue
 from llm_infra.rehearsal.ports import Reservation, reserve, reserve_port
 from llm_infra.versions import (
     ETCD_VERSION,
     K8S_VERSION,
     KUBERAY_FALLBACK_VERSION,
     KUBERAY_OPERATOR,
+    KUEUE_VERSION,
     KWOK_VERSION,
     TRAINING_OPERATOR_VERSION,
 )
@@ -70,7 +73,8 @@ CACHE_DIR = REPO_ROOT / ".cache" / "k8s"
 REQUIRED = ("etcd", "kube-apiserver")
 OPERATORS = ("training-operator", "kuberay-operator")
 PINNED_VERSIONS = {"training-operator": TRAINING_OPERATOR_VERSION, "kuberay-operator": KUBERAY_VERSION}
-OPTIONAL = ("kube-controller-manager", "kube-scheduler", "kwok", *OPERATORS)
+# Kueue last: the job kinds it manages (PyTorchJob, RayJob) are served by then.
+OPTIONAL = ("kube-controller-manager", "kube-scheduler", "kwok", *OPERATORS, "kueue")
 BUILD_COMMAND = "make k8s  (or: k8s/build.sh kube-apiserver etcd)"
 LOOPBACK = "127.0.0.1"
 NODE_CONDITION_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -86,6 +90,29 @@ def build_dir() -> Path:
     cache = Path(os.environ.get(CACHE_VARIABLE) or CACHE_DIR)
     versions = f"{K8S_VERSION}-{ETCD_VERSION}-{KWOK_VERSION}"
     return cache / f"{versions}-training-operator-{TRAINING_OPERATOR_VERSION}-kuberay-{KUBERAY_VERSION}"
+
+
+def kueue_build_dir() -> Path:
+    """The folder ``make k8s`` builds Kueue into, beside the others: ``.cache/k8s/kueue-<version>``."""
+    return Path(os.environ.get(CACHE_VARIABLE) or CACHE_DIR) / f"kueue-{KUEUE_VERSION}"
+
+
+def binary(bin_dir: Path, name: str) -> Path:
+    """Component ``name``'s binary: in ``bin_dir``, else (Kueue, built apart) in its own folder."""
+    if name == "kueue" and not os.access(bin_dir / name, os.X_OK):
+        return kueue_build_dir() / name
+    return bin_dir / name
+
+
+def kueue_unavailable(bin_dir: Path) -> str | None:
+    """Why Kueue cannot join a control plane here (not built, its files not fetched, no mount namespace);
+    None when it can."""
+    if not os.access(binary(bin_dir, "kueue"), os.X_OK):
+        return f"kueue is not built in {bin_dir} or {kueue_build_dir()}: run `make k8s` (or k8s/build.sh kueue)"
+    absent = crds.kueue_missing()
+    if absent:
+        return f"Kueue's CRDs and webhooks ({', '.join(absent)}) are not in {crds.kueue_dir()}: run `make crds`"
+    return kueue.mount_namespace_problem()
 
 
 def default_bin_dir() -> Path:
@@ -105,13 +132,15 @@ def build_versions() -> dict[str, str]:
         "training-operator": TRAINING_OPERATOR_VERSION,
         "kuberay-operator": KUBERAY_VERSION,
         **{f"{name}-fallback": version for name, version in FALLBACK_VERSIONS.items()},
+        "kueue": KUEUE_VERSION,
         "build-dir": str(build_dir()),
+        "kueue-build-dir": str(kueue_build_dir()),
     }
 
 
 def missing_binaries(bin_dir: Path, names: Sequence[str] = REQUIRED) -> list[str]:
-    """The ``names`` that are not executable files in ``bin_dir``."""
-    return [name for name in names if not os.access(bin_dir / name, os.X_OK)]
+    """The ``names`` that are not executable files in ``bin_dir`` (Kueue: nor in its own folder)."""
+    return [name for name in names if not os.access(binary(bin_dir, name), os.X_OK)]
 
 
 def operator_crds(bin_dir: Path, operator: str) -> list[Path]:
@@ -525,6 +554,7 @@ class ControlPlane:
     startup_seconds: dict[str, float] = field(init=False, default_factory=dict)
     operator_versions: dict[str, str | None] = field(init=False, default_factory=dict)  # built_version
     retries: list[str] = field(init=False, default_factory=list)
+    skipped: dict[str, str] = field(init=False, default_factory=dict)  # built but cannot run here: why
     logs_kept: Path | None = field(init=False, default=None)
     stop_seconds: float | None = field(init=False, default=None)
     _processes: list[_Process] = field(init=False, default_factory=list)
@@ -552,6 +582,12 @@ class ControlPlane:
         optional = [name for name in wanted if not missing_binaries(self.bin_dir, [name])]
         if self.components is not None and len(optional) != len(wanted):
             raise ControlPlaneError(f"{', '.join(set(wanted) - set(optional))} not in {self.bin_dir}")
+        why = kueue_unavailable(self.bin_dir) if "kueue" in optional else None
+        if why and self.components is not None:
+            raise ControlPlaneError(why)
+        if why:
+            self.skipped["kueue"] = why
+            optional.remove("kueue")
         operators = [name for name in optional if name in OPERATORS]
         for name in operators:
             if not operator_crds(self.bin_dir, name):
@@ -706,17 +742,24 @@ class ControlPlane:
         return [reserve(LOOPBACK) for _ in range(count)]
 
     def _spawn(
-        self, name: str, args: list[str], reservations: list[Reservation], *, unset: Sequence[str] = ()
+        self,
+        name: str,
+        args: list[str],
+        reservations: list[Reservation],
+        *,
+        unset: Sequence[str] = (),
+        command: Sequence[str] | None = None,
     ) -> _Process:
         """Start ``name`` from ``bin_dir`` in a session (and process group) of its own, SIGKILLed by the kernel
-        should this process die (Linux), its log in the workdir; ``unset``: variables it must not see."""
+        should this process die (Linux), its log in the workdir; ``unset``: variables it must not see;
+        ``command``: the whole command line instead of the binary and ``args``."""
         log = self.workdir / f"{name}.log"
         env = {key: value for key, value in os.environ.items() if key not in unset}
         with _Deferred():  # a stop signal now would leave a child nobody stops
             try:
                 with log.open("wb") as out:
                     popen = subprocess.Popen(
-                        [str(self.bin_dir / name), *args],
+                        list(command) if command else [str(self.bin_dir / name), *args],
                         cwd=self.workdir,
                         env=env,
                         stdin=subprocess.DEVNULL,
@@ -960,6 +1003,33 @@ class ControlPlane:
             unset=("ENABLE_WEBHOOKS",),
         )
         return proc, f"http://{LOOPBACK}:{probe.port}/healthz"
+
+    def _launch_kueue(self, attempt: int) -> tuple[_Process, str]:
+        # Its webhooks on 127.0.0.1 with the control plane's serving certificate; the API server calls them at a
+        # url with the CA as caBundle (llm_infra/rehearsal/kueue.py). The CRDs (five with a conversion webhook)
+        # and the webhook configurations are applied for the port reserved now, before Kueue starts.
+        webhook, metrics, probe = reserved = self._reserve(3)
+        certs, etc = kueue.prepare(self.workdir / "kueue", self.workdir / "server.crt", self.workdir / "server.key")
+        url = f"https://{LOOPBACK}:{webhook.port}"
+        ca_bundle = base64.b64encode(self.ca_file.read_bytes()).decode()
+        began = time.monotonic()
+        with self.kube() as kube:
+            definitions = kueue.custom_resource_definitions(url, ca_bundle)
+            for obj in [*definitions, *kueue.webhook_configurations(url, ca_bundle)]:
+                kube.apply_as(obj)
+            kube.wait_established(definitions, self.startup_timeout)
+        self.startup_seconds["kueue CRDs and webhooks"] = time.monotonic() - began
+        config = self.workdir / "kueue" / "config.yaml"
+        settings = kueue.configuration(
+            webhook_port=webhook.port,
+            cert_dir=certs,
+            metrics=f"{LOOPBACK}:{metrics.port}",
+            probe=f"{LOOPBACK}:{probe.port}",
+        )
+        config.write_text(json.dumps(settings, indent=1), encoding="utf-8")  # JSON is YAML
+        args = [f"--config={config}", f"--kubeconfig={self.kubeconfig}", "--zap-log-level=2"]
+        proc = self._spawn("kueue", args, reserved, command=kueue.command(binary(self.bin_dir, "kueue"), etc, args))
+        return proc, f"http://{LOOPBACK}:{probe.port}/readyz"
 
 
 def _stop_group(processes: Sequence[_Process], grace: float) -> None:

@@ -6,6 +6,12 @@ server enforces for that kind. They are read from ``$LLM_INFRA_CRDS_DIR`` when s
 HTTPS, checking every sha256. Loading checks the sha256 again, so a test never validates against a
 schema other than the pinned one.
 
+Kueue's CRDs and webhook manifests come from the Go module cache instead (``go mod download -json
+sigs.k8s.io/kueue@<pin>`` names the module's folder; the module proxy serves it): the same ``fetch`` copies
+them, sha256-checked, into ``.cache/crds/kueue-<pin>/`` of the checkout (``$LLM_INFRA_CRDS_DIR`` may be a
+read-only copy without them). Without Go or the proxy only Kueue is missing: ``fetch`` says so and Kueue's
+tests skip with the reason.
+
 HyperPodPyTorchJob has no published CRD: :func:`hyperpod_job_crd` makes one from the JSON schema we
 derived from AWS's SDK and docs (``schemas/hyperpodpytorchjob.schema.json``, its sources inside).
 """
@@ -16,18 +22,23 @@ import argparse
 import hashlib
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_infra.versions import KUBERAY_COMMIT
+import yaml
+
+from llm_infra.versions import KUBERAY_COMMIT, KUEUE_VERSION
 
 CRDS_DIR_VARIABLE = "LLM_INFRA_CRDS_DIR"
 DEFAULT_CRDS_DIR = Path(__file__).resolve().parents[2] / ".cache" / "crds"
 DERIVED_SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
 HYPERPOD_JOB_SCHEMA = "hyperpodpytorchjob.schema.json"
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: the CRDs are megabytes
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,36 @@ CRD_SOURCES: dict[str, CrdSource] = {
 }
 
 
+# Kueue's files at the pinned module version, by the name they are kept under: the CRDs
+# (config/components/crd/bases) and the webhook configurations (config/components/webhook/manifests.yaml).
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+KUEUE_WEBHOOKS = "webhook-manifests.yaml"
+_KUEUE_CRD_SHA256 = {
+    "admissionchecks": "312793990d5108ce9a4de194c493708516cb59f6f7cf0a558d51890911059dbb",
+    "clusterqueues": "666f5466bf85ace8c494a9a790ba87c4c18ddf3ab3eb9f18c878927d396869f3",
+    "cohorts": "25fce81a539c3c22a031a501c3c9382f763221016f624c7e227eb47d3abb6f59",
+    "localqueues": "5c5768caeb499bb869bb8f90e4f5293170b183a4a74b618f1f182264d9ce4437",
+    "multikueueclusters": "45d7b81f34f383c214d3395cf771b49bf1ba0964734e69d7b8d02f992d60ebf8",
+    "multikueueconfigs": "af4c24fe9418749448001179df67e273f3256f08aa6aabb07215b7c3c5a8bd98",
+    "provisioningrequestconfigs": "9bcf3081565fd449708a1df3aa0fcaee803e4a1eeadb7c3fe082b97545d6d988",
+    "resourceflavors": "19e339c47e9ca3fa2c9eeddd27715a512f765c4794ed859733408a9715720173",
+    "topologies": "0debce5049a3931db15c99d8acddb0cc509c24fedc98f0bb0235095f7092fc11",
+    "workloadpriorityclasses": "b6c089d45938adf9afd21da05a6c613f29408989aa66afc09db189eb724db5a3",
+    "workloads": "d4f5c22bff5074b8801412011d6d2fd68050e2868ce4dd0bba2ad523431af36d",
+}
+KUEUE_CRD_FILES = {
+    f"kueue.x-k8s.io_{plural}.yaml": (f"config/components/crd/bases/kueue.x-k8s.io_{plural}.yaml", sha256)
+    for plural, sha256 in _KUEUE_CRD_SHA256.items()
+}
+KUEUE_FILES: dict[str, tuple[str, str]] = {  # name: (path in the module, sha256)
+    **KUEUE_CRD_FILES,
+    KUEUE_WEBHOOKS: (
+        "config/components/webhook/manifests.yaml",
+        "e7ed37c3e8dbb68147081f7b4f03f919fb7bb8e8780760d2930cb90551eff2e8",
+    ),
+}
+
+
 class CrdsMissing(RuntimeError):
     """The pinned CRD files are not where the tests look for them."""
 
@@ -125,6 +166,74 @@ def fetch(directory: Path, *, opener=urllib.request.urlopen) -> list[Path]:
         digest = _sha256(data)
         if digest != source.sha256:
             raise CrdsMissing(f"{source.url}: sha256 {digest}, expected {source.sha256}; nothing written")
+        partial = directory / f".{name}.partial"
+        partial.write_bytes(data)
+        partial.replace(directory / name)
+        written.append(directory / name)
+    return written
+
+
+def kueue_dir() -> Path:
+    """Where ``fetch`` keeps Kueue's files: ``.cache/crds/kueue-<pin>/`` of the checkout."""
+    return DEFAULT_CRDS_DIR / f"kueue-{KUEUE_VERSION}"
+
+
+def kueue_missing(directory: Path | None = None) -> list[str]:
+    """Kueue's pinned files that are absent from ``directory`` (default :func:`kueue_dir`) or differ."""
+    directory = directory or kueue_dir()
+    return [
+        name
+        for name, (_, sha256) in KUEUE_FILES.items()
+        if not (directory / name).is_file() or _sha256((directory / name).read_bytes()) != sha256
+    ]
+
+
+def read_kueue_file(name: str, directory: Path | None = None) -> str:
+    """The text of one of Kueue's pinned files, checked against its sha256."""
+    path = (directory or kueue_dir()) / name
+    module_path, sha256 = KUEUE_FILES[name]
+    if not path.is_file():
+        raise CrdsMissing(f"{path} is missing: run `make crds` (it copies Kueue's files from the Go module cache)")
+    data = path.read_bytes()
+    if _sha256(data) != sha256:
+        raise CrdsMissing(f"{path}: sha256 differs from {KUEUE_MODULE}@{KUEUE_VERSION} {module_path}")
+    return data.decode()
+
+
+def fetch_kueue(directory: Path | None = None, *, go: str = "go") -> list[Path]:
+    """Copy Kueue's pinned files missing from ``directory`` out of the module in the Go module cache
+    (``go mod download -json``: downloaded through the module proxy, checked against sum.golang.org),
+    checking each sha256."""
+    directory = directory or kueue_dir()
+    absent = kueue_missing(directory)
+    if not absent:
+        return []
+    spec = f"{KUEUE_MODULE}@{KUEUE_VERSION}"
+    with tempfile.TemporaryDirectory() as outside_any_module:
+        try:
+            result = subprocess.run(
+                [go, "mod", "download", "-json", spec],
+                cwd=outside_any_module,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env={**os.environ, "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -modcacherw", "GOTOOLCHAIN": "local"},
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise CrdsMissing(f"go mod download {spec}: {err}") from None
+    try:
+        answer = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        raise CrdsMissing(f"go mod download {spec}: {' '.join(result.stderr.split())}") from None
+    if answer.get("Error") or not answer.get("Dir"):
+        raise CrdsMissing(f"go mod download {spec}: {' '.join(str(answer.get('Error')).split())}")
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in absent:
+        module_path, sha256 = KUEUE_FILES[name]
+        data = (Path(answer["Dir"]) / module_path).read_bytes()
+        if _sha256(data) != sha256:
+            raise CrdsMissing(f"{spec} {module_path}: sha256 {_sha256(data)}, expected {sha256}; nothing written")
         partial = directory / f".{name}.partial"
         partial.write_bytes(data)
         partial.replace(directory / name)
@@ -209,19 +318,23 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     fetch_parser = sub.add_parser("fetch", help="download the pinned CRDs that are missing")
     fetch_parser.add_argument("directory", type=Path, nargs="?", default=None)
-    sub.add_parser("check", help="exit 1 unless every pinned CRD is present and intact")
+    sub.add_parser("check", help="exit 1 unless every pinned CRD (Kueue's files included) is present and intact")
     args = parser.parse_args(argv)
     directory = getattr(args, "directory", None) or crds_dir()
     if args.command == "check":
-        absent = missing(directory)
-        for name in absent:
-            print(f"{directory / name}: missing or not the pinned file", file=sys.stderr)
+        absent = [directory / name for name in missing(directory)] + [kueue_dir() / n for n in kueue_missing()]
+        for path in absent:
+            print(f"{path}: missing or not the pinned file", file=sys.stderr)
         return 1 if absent else 0
     try:
         written = fetch(directory)
     except (OSError, CrdsMissing) as err:
         print(f"crds: {err}; set {CRDS_DIR_VARIABLE} to a folder of the pinned CRDs instead", file=sys.stderr)
         return 1
+    try:  # only Kueue's tests need these: without them they skip, saying this
+        written += fetch_kueue()
+    except (OSError, CrdsMissing) as err:
+        print(f"crds: Kueue's CRDs and webhooks not fetched ({err}); the tests that run Kueue skip", file=sys.stderr)
     for path in written:
         print(f"fetched {path}")
     return 0

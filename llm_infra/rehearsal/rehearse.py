@@ -35,7 +35,8 @@ import yaml
 from llm_infra.config import TrainingConfig
 from llm_infra.input_files import BadInput, read_text
 from llm_infra.ops.kube import KubeError
-from llm_infra.rehearsal import crds, existing_cluster, kueue
+from llm_infra.queueing import KUEUE_API_VERSION, UNMANAGED_NAMESPACES
+from llm_infra.rehearsal import crds, existing_cluster
 from llm_infra.rehearsal.control_plane import (
     OPTIONAL,
     REQUIRED,
@@ -82,7 +83,10 @@ JOB_KINDS = {
 # Custom kinds and the control-plane component that runs their controller, when it is built.
 KUEUE_GROUP = "kueue.x-k8s.io"
 OPERATOR_KINDS = {
-    **{(KUEUE_GROUP, kind): "kueue" for kind in ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort")},
+    **{
+        (KUEUE_GROUP, kind): "kueue"
+        for kind in ("ClusterQueue", "LocalQueue", "ResourceFlavor", "Cohort", "WorkloadPriorityClass")
+    },
     ("kubeflow.org", "PyTorchJob"): "training-operator",
     ("ray.io", "RayCluster"): "kuberay-operator",
     ("ray.io", "RayJob"): "kuberay-operator",
@@ -91,10 +95,10 @@ OPERATOR_KINDS = {
 NO_PUBLIC_CONTROLLER = {
     ("sagemaker.amazonaws.com", "HyperPodPyTorchJob"): "the HyperPod training operator is closed source",
 }
-STATUSLESS_KINDS = {"ResourceFlavor"}  # Kueue reconciles it but writes no status
-# The jobs Kueue manages here (its integrations, kueue.FRAMEWORKS), and where it keeps its decision on one.
+STATUSLESS_KINDS = {"ResourceFlavor", "WorkloadPriorityClass"}  # Kueue reads them but writes no status
+# The jobs Kueue manages here (its integrations, queueing.KUEUE_INTEGRATIONS), and where it keeps its decision.
 KUEUE_JOB_KINDS = {("batch", "Job"), ("kubeflow.org", "PyTorchJob"), ("ray.io", "RayJob")}
-WORKLOAD = (kueue.API, "Workload")
+WORKLOAD = (KUEUE_API_VERSION, "Workload")
 DEVICE_PLUGINS = {"nvidia-device-plugin": GPU, "aws-efa-k8s-device-plugin": EFA}
 # Services' endpoints name fake pod IPs, and race with the deletions between steps: not rehearsed. Nor
 # are the warnings about a job deleted after its step (its operator sees its pods go first).
@@ -540,7 +544,9 @@ class Rehearsal:
 
     def _remove(self, applied: list[Applied], pods: list[dict[str, Any]]) -> None:
         """Delete the objects, then their pods (the garbage collector may not watch a new custom kind
-        yet), and wait until the pods are gone (KWOK finalizes them)."""
+        yet), and wait until the pods are gone (KWOK finalizes them) and Kueue has released the quota the
+        jobs held (their Workloads are gone), so that the next job meets an empty queue."""
+        queued = self._queued(applied)
         for a in applied:
             meta = a.obj["metadata"]
             self.kube.delete(str(a.obj["apiVersion"]), str(a.obj["kind"]), meta["name"], meta.get("namespace"))
@@ -548,6 +554,9 @@ class Rehearsal:
         for pod in pods:
             self.kube.delete(*PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
         self._wait_gone({p["metadata"]["uid"] for p in pods})
+        deadline = time.monotonic() + self.timeout
+        while queued and self._workloads(queued) and time.monotonic() < deadline:
+            time.sleep(POLL)
 
     def _finding(self, into: list[Finding], step: Step, applied: Applied, reason: str) -> None:
         meta = applied.obj.get("metadata") or {}
@@ -652,7 +661,7 @@ class Rehearsal:
         return [
             a
             for a in applied
-            if a.group_kind in KUEUE_JOB_KINDS and _namespaced_name(a.obj)[0] not in kueue.UNMANAGED_NAMESPACES
+            if a.group_kind in KUEUE_JOB_KINDS and _namespaced_name(a.obj)[0] not in UNMANAGED_NAMESPACES
         ]
 
     def _workloads(self, jobs: list[Applied]) -> dict[tuple[str, str, str], dict[str, Any]]:
