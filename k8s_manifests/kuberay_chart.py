@@ -162,6 +162,12 @@ class KubeRayChart(cdk8s.Chart):
         ]
         if values.gpu_nodes > 1 and values.efa_devices:  # one node talks over NVLink: no network channel
             entrypoint.append("--expect-efa-transport")
+        job_cluster = self._cluster_spec(fault_tolerant=False, workers=values.gpu_nodes)
+        # The job's pods carry its queue labels too: task governance's admission policy checks each Pod in a team
+        # namespace for one (docs/hyperpod.md, "What runs in the team namespace"); KubeRay copies the templates'.
+        if queued := values.queue_labels("training"):
+            for group in (job_cluster["headGroupSpec"], *job_cluster["workerGroupSpecs"]):
+                group["template"] = {"metadata": {"labels": queued}, **group["template"]}
         api_object(
             self,
             "Job",
@@ -176,7 +182,7 @@ class KubeRayChart(cdk8s.Chart):
                     "backoffLimit": backoff_limit,
                     "shutdownAfterJobFinishes": True,
                     "ttlSecondsAfterFinished": ttl_seconds_after_finished,
-                    "rayClusterSpec": self._cluster_spec(fault_tolerant=False, workers=values.gpu_nodes),
+                    "rayClusterSpec": job_cluster,
                 }
             },
         )

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from llm_infra.config import TrainingConfig
 from llm_infra.instance_types import InstanceProfile
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
-from llm_infra.queueing import QueueValues, cluster_queue_flavors, eks_queue_values, hyperpod_queue_values
+from llm_infra.queueing import (
+    HYPERPOD_NAMESPACE_PREFIX,
+    QueueValues,
+    cluster_queue_flavors,
+    eks_queue_values,
+    hyperpod_queue_values,
+)
 
 # The checkpoint bucket's prefix for tiered checkpoints' S3 copies (one folder per job below it).
 TIERED_PREFIX = "tiered"
@@ -125,6 +131,13 @@ class WorkloadValues:
         """The Kueue labels of a ``kind`` job (``training`` or ``validation``) and its pods: its queue and
         priority class; none without a queue."""
         return self.queues.labels(kind) if self.queues is not None else {}
+
+    @property
+    def node_agents_namespace(self) -> str:
+        """Where our node agents (the Xid monitor's DaemonSet) run: the jobs' namespace, except a task governance
+        team namespace (``hyperpod-ns-<team>``), whose admission policy takes only queued pods: there kube-system
+        (docs/hyperpod.md, "What runs in the team namespace")."""
+        return "kube-system" if self.namespace.startswith(HYPERPOD_NAMESPACE_PREFIX) else self.namespace
 
     @property
     def efa_devices(self) -> int:

@@ -35,13 +35,16 @@ KUBECTL_PROVIDER = ("AWS::Lambda::Function.EksClusterKubectlProvider*",)  # aws_
 BUCKET_DEPLOYMENT = ("AWS::Lambda::Function.CustomCDKBucketDeployment*",)  # the lifecycle-script upload
 NODES_READY = ("AWS::Lambda::Function.HyperPodTrainingOperatorNodesReady*",)  # constructs/hyperpod_nodes_ready.py
 # The training workers: PyTorchJob (eks) or HyperPodPyTorchJob (hyperpod) pod templates, validation and training.
-TRAINING_WORKERS = "Pod.training.*pytorchjob.*"
-RAY_HEAD = "Pod.training.ray*.headgroupspec"  # RayCluster's and RayJob's head
-RAY_WORKERS = "Pod.training.ray*.workergroupspecs.*"  # their GPU workers
-HEALTH_JOB = "Job.training.validation-1-health"  # the validation suite's per-node health check
-DATA_PREP = "Job.training.*-data-prep"  # the recipe's tokenization Job
-XID_MONITOR = "DaemonSet.training.gpu-xid-monitor"
-REDIS = "Deployment.training.ray-gcs-redis"  # Ray GCS fault tolerance's store
+# The jobs' namespace: training on EKS, task governance's team namespace hyperpod-ns-training on HyperPod.
+JOBS = "*training"
+TRAINING_WORKERS = f"Pod.{JOBS}.*pytorchjob.*"
+RAY_HEAD = f"Pod.{JOBS}.ray*.headgroupspec"  # RayCluster's and RayJob's head
+RAY_WORKERS = f"Pod.{JOBS}.ray*.workergroupspecs.*"  # their GPU workers
+HEALTH_JOB = f"Job.{JOBS}.validation-1-health"  # the validation suite's per-node health check
+DATA_PREP = f"Job.{JOBS}.*-data-prep"  # the recipe's tokenization Job
+# In the jobs' namespace on EKS, in kube-system on HyperPod (WorkloadValues.node_agents_namespace).
+XID_MONITOR = "DaemonSet.*.gpu-xid-monitor"
+REDIS = f"Deployment.{JOBS}.ray-gcs-redis"  # Ray GCS fault tolerance's store
 NOT_PRIVILEGED = (TRAINING_WORKERS, RAY_HEAD, RAY_WORKERS, DATA_PREP, REDIS)
 RUN_AS_THEIR_IMAGE = "The containers run as their images' user, root in AWS's Deep Learning Containers and the Ray "
 HYPERPOD = ("hyperpod",)
@@ -202,14 +205,20 @@ ACCEPTED: tuple[Accepted, ...] = (
     ),
     Accepted(
         "CKV2_K8S_6",
-        (TRAINING_WORKERS, "Pod.training.validation-1-health.*", "Pod.training.*-data-prep.*"),
+        (
+            TRAINING_WORKERS,
+            f"Pod.{JOBS}.rayjob.*",
+            f"Pod.{JOBS}.validation-1-health.*",
+            f"Pod.{JOBS}.*-data-prep.*",
+        ),
         "No per-workload NetworkPolicy: training ranks reach each other on ports torchrun and NCCL pick at run "
-        "time (the TCP bootstrap and socket transport), the others reach only AWS APIs and FSx; Redis, which "
-        "serves, has one.",
+        "time (the TCP bootstrap and socket transport), as the Ray job's head and workers do on the ports Ray "
+        "picks at start (GCS, raylets, object managers, workers; checkov sees them since they carry the job's "
+        "queue labels); the others reach only AWS APIs and FSx; Redis, which serves, has one.",
     ),
     Accepted(
         "CKV2_K8S_6",
-        ("Pod.training.gpu-xid-monitor.*",),
+        ("Pod.*.gpu-xid-monitor.*",),
         "The Xid monitor serves nothing and reaches nothing (it writes to stdout); no NetworkPolicy written yet.",
     ),
     Accepted(

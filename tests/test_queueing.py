@@ -362,6 +362,90 @@ def test_existing_cluster_brings_its_own_kueue_or_installs_ours() -> None:
         TrainingConfig(**existing, install_addons="amazon-sagemaker-hyperpod-taskgovernance").validate()
 
 
+# ---- what runs where: the team namespace's admission, the jobs-only integrations ------------------------
+# Every kind we render that makes pods, with where its pod templates sit (RayCluster, RayJob: KubeRay's groups).
+POD_MAKERS = ("Pod", "Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "CronJob", "RayCluster", *JOB_KINDS)
+# Task governance's pod-making frameworks that are not jobs (kueue v0.17.0 pkg/controller/jobs: pod, deployment,
+# statefulset, leaderworkerset, ray.io/raycluster and ray.io/rayservice FrameworkName): none may be on in ours.
+NOT_JOB_INTEGRATIONS = (
+    "pod",
+    "deployment",
+    "statefulset",
+    "leaderworkerset.x-k8s.io/leaderworkerset",
+    "ray.io/raycluster",
+    "ray.io/rayservice",
+)
+# Open (docs/hyperpod.md, "What runs in the team namespace"): the always-on RayCluster and its Redis still sit
+# unqueued in the team namespace on HyperPod; listed here so that the test names them and fails once they move.
+OPEN_IN_TEAM_NAMESPACE = {"RayCluster/ray", "Deployment/ray-gcs-redis"}
+
+
+def all_pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod templates of any pod-making object we render (a Pod is its own)."""
+    if obj["kind"] == "Pod":
+        return [obj]
+    if obj["kind"] in ("RayCluster", "RayJob"):
+        spec = obj["spec"] if obj["kind"] == "RayCluster" else obj["spec"]["rayClusterSpec"]
+        return [spec["headGroupSpec"]["template"], *(g["template"] for g in spec["workerGroupSpecs"])]
+    if obj["kind"] == "CronJob":
+        return [obj["spec"]["jobTemplate"]["spec"]["template"]]
+    if obj["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet"):
+        return [obj["spec"]["template"]]
+    return pod_templates(obj)
+
+
+def test_only_queued_jobs_run_in_the_hyperpod_team_namespace(hyperpod_charts) -> None:
+    """Task governance's admission policy refuses a Pod or Deployment without a queue label in a team namespace
+    (a ``hyperpod-ns-*`` namespace labelled as SageMaker-managed: AWS's "AI on SageMaker HyperPod",
+    Spaces-Node-Overprovisioning/namespace-and-priorityclass), and its Kueue would queue what carries one. So there:
+    only our queued jobs, each with the team's queue and one of our priority classes, down to its pod templates;
+    the node agents elsewhere (the Xid monitor in kube-system with its own scripts)."""
+    team = "hyperpod-ns-training"
+    unqueued = set()
+    for chart, docs in hyperpod_charts.items():
+        for obj in docs:
+            if obj["kind"] not in POD_MAKERS or not obj["metadata"].get("namespace", "").startswith("hyperpod-ns-"):
+                continue
+            labels = obj["metadata"].get("labels", {})
+            if obj["kind"] not in JOB_KINDS or QUEUE_LABEL not in labels:
+                unqueued.add(f"{obj['kind']}/{obj['metadata']['name']}")
+                continue
+            assert labels[QUEUE_LABEL] == f"{team}-localqueue", (chart, obj["metadata"]["name"])
+            assert labels[PRIORITY_LABEL] in ("training-priority", "validation-priority"), obj["metadata"]["name"]
+            for template in all_pod_templates(obj):
+                pod_labels = template.get("metadata", {}).get("labels", {})
+                assert pod_labels.get(QUEUE_LABEL) == labels[QUEUE_LABEL], (obj["metadata"]["name"], pod_labels)
+                assert pod_labels.get(PRIORITY_LABEL) == labels[PRIORITY_LABEL], (obj["metadata"]["name"], pod_labels)
+    assert unqueued == OPEN_IN_TEAM_NAMESPACE
+    (monitor,) = [o for o in of_kind(hyperpod_charts, "DaemonSet") if o["metadata"]["name"] == "gpu-xid-monitor"]
+    assert monitor["metadata"]["namespace"] == "kube-system"
+    (scripts,) = [v["configMap"]["name"] for v in monitor["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
+    (configmap,) = [o for o in of_kind(hyperpod_charts, "ConfigMap") if o["metadata"]["name"] == scripts]
+    assert configmap["metadata"]["namespace"] == "kube-system"
+    assert {"xid_monitor.py", "health_check.py"} <= set(configmap["data"])
+
+
+def test_on_eks_kueue_manages_jobs_only_so_our_deployments_and_daemonsets_run_as_they_are(eks_charts) -> None:
+    """manageJobsWithoutQueueName queues every unlabelled object of an enabled integration in the jobs' namespace:
+    with no pod, deployment or statefulset integration, our Deployments and DaemonSets there (Redis, the Xid
+    monitor) are none of Kueue's business, and carry no queue label."""
+    from llm_infra.constructs.kueue import kueue_configuration
+
+    configuration = kueue_configuration()
+    assert configuration["manageJobsWithoutQueueName"] is True
+    frameworks = configuration["integrations"]["frameworks"]  # type: ignore[index]
+    assert set(frameworks) == set(KUEUE_INTEGRATIONS) == {"batch/job", "kubeflow.org/pytorchjob", "ray.io/rayjob"}
+    assert not set(frameworks) & set(NOT_JOB_INTEGRATIONS)
+    assert "podOptions" not in configuration["integrations"]  # type: ignore[operator]
+    others = [o for o in of_kind(eks_charts, *POD_MAKERS) if o["kind"] not in JOB_KINDS]
+    assert {(o["kind"], o["metadata"]["namespace"]) for o in others} >= {
+        ("Deployment", "training"),
+        ("DaemonSet", "training"),
+    }
+    for obj in others:
+        assert QUEUE_LABEL not in obj["metadata"].get("labels", {}), obj["metadata"]["name"]
+
+
 # ---- the pinned release's sources --------------------------------------------------------------------
 @cache
 def _kueue_module() -> Path:

@@ -329,7 +329,7 @@ def test_when_work_arrives_each_ray_worker_takes_a_whole_gpu_node(rehearsed: Reh
     (ray_cluster,) = [o for o in dist_objects(rehearsed.dist, "kuberay") if o["kind"] == "RayCluster"]
     (job_group,) = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     (group,) = ray_cluster["spec"]["workerGroupSpecs"]
-    assert job_group["template"] == group["template"]
+    assert job_group["template"]["spec"] == group["template"]["spec"]  # the job's pods also carry its queue labels
     assert job_group["maxReplicas"] == group["maxReplicas"] == rehearsed.config.gpu_nodes
 
 
