@@ -345,7 +345,9 @@ def test_bring_your_own_config_errors_name_the_key(context: dict[str, Any], frag
 
 def test_the_installable_names_are_the_addons_and_charts_the_app_knows() -> None:
     config = TrainingConfig()
-    assert config.installs == frozenset(INSTALLABLE) - {"cert-manager", "amazon-sagemaker-hyperpod-training-operator"}
+    hyperpod_only = {"cert-manager", "amazon-sagemaker-hyperpod-training-operator"}
+    hyperpod_only.add("amazon-sagemaker-hyperpod-taskgovernance")
+    assert config.installs == frozenset(INSTALLABLE) - hyperpod_only
     assert set(BOOTSTRAP_ADDONS) <= set(INSTALLABLE)
     assert TrainingConfig(**byo.VPC, **byo.CLUSTER).installs == frozenset()
 

@@ -11,4 +11,4 @@ def test_summary_counts_every_resource_of_every_stack(default_app) -> None:
     assert text.splitlines()[-1] == f"total: {total} resources in 3 stacks"
     cluster = default_app.template("-cluster")
     assert f"llm-infra-cluster: {len(cluster['Resources'])} resources" in text
-    assert "     6  AWS::EKS::Addon" in text
+    assert "     7  AWS::EKS::Addon" in text

@@ -422,7 +422,7 @@ def test_device_plugins_are_pinned_helm_charts(default_app) -> None:
         c["Properties"]["Chart"]: c["Properties"]
         for c in default_app.resources(CLUSTER, "Custom::AWSCDK-EKS-HelmChart").values()
     }
-    assert set(charts) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kuberay-operator"}
+    assert set(charts) == {"nvidia-device-plugin", "aws-efa-k8s-device-plugin", "kuberay-operator", "kueue"}
     assert charts["nvidia-device-plugin"]["Version"] == NVIDIA_DEVICE_PLUGIN.version
     assert charts["aws-efa-k8s-device-plugin"]["Version"] == EFA_DEVICE_PLUGIN.version
 

@@ -37,9 +37,9 @@ def kinds(resource: dict) -> list[str]:
 
 def test_platform_charts_are_applied_jobs_and_ray_are_not_by_default(default_app) -> None:
     applied = manifests(default_app)
-    assert set(applied) == {"base", "fsxstorage", "nodemonitoring"}  # nothing that holds a GPU
+    assert set(applied) == {"base", "fsxstorage", "nodemonitoring", "kueuequeues"}  # nothing that holds a GPU
     base_id = [k for k in default_app.resources(CLUSTER, MANIFEST) if k.startswith("EksClusterChartbase")][0]
-    for name in ("fsxstorage", "nodemonitoring"):
+    for name in ("fsxstorage", "nodemonitoring", "kueuequeues"):
         assert base_id in applied[name]["DependsOn"]  # the namespace exists first
 
 
