@@ -14,6 +14,8 @@ Not a benchmark itself (resilience_bench.py and recovery_bench.py launch it). Se
 - ``BENCH_NO_AGREEMENT=1``: the per-step agreement all-reduce is replaced by each rank's own numbers
   (what a loop without that collective costs). Only for runs without checkpoints or stop requests:
   nothing is agreed then.
+- ``BENCH_NO_GUARD=1``: the per-step agreement without the training-health guard (no non-finite flag
+  joins it, no rank position is written to the store, no verdict is judged): what the guard costs.
 
 The probes wrap functions by name (train.init_distributed, train.build_model, CheckpointManager's
 ``__init__`` and ``restore``); a name that is gone is skipped, so a refactored payload still runs.
@@ -101,7 +103,21 @@ def prepare(*, stamps: bool) -> Any:
     wrap(checkpointing.CheckpointManager, "restore", None, "checkpoint_loaded")
     if os.environ.get("BENCH_NO_AGREEMENT") == "1":
         train.reduce_numbers = local_sum  # only train.py's per-step agreement calls it by this name
+    if os.environ.get("BENCH_NO_GUARD") == "1":
+        train.agree_on_step = agree_without_guard
+        train.RankPositions.arrive = lambda *args, **kwargs: None
+        train.HealthGuard.cause = lambda *args, **kwargs: None
     return train
+
+
+def agree_without_guard(loss: Any, grad_norm: Any, stop: Any, vote: Any, runtime: Any) -> Any:
+    """train.agree_on_step as it was before the health guard: no non-finite flag, no gradient norm."""
+    train = sys.modules["train"]
+    loss_sum, stops, saves, writes_done = train.reduce_numbers(
+        [loss, float(stop.requested), float(vote.save_due), float(vote.write_done)], runtime.device
+    )
+    world = runtime.world_size
+    return train.Agreed(loss_sum / world, 0.0, 0, stops > 0, saves > 0, int(writes_done))
 
 
 def forked_worker(*argv: str) -> int:
