@@ -137,13 +137,21 @@ QUEUED_RESOURCES = (  # every resource the tests' pods ask for: Kueue admits no 
     "vpc.amazonaws.com/efa",
 )
 
+UNLIMITED = {"memory": "1Pi", "ephemeral-storage": "1Pi", "hugepages-2Mi": "1Pi"}  # bytes; the rest counts
 
-def default_queue(kube: Kube, namespace: str, *, quota: str = "100000") -> None:
-    """A ResourceFlavor and a ClusterQueue of the tests' (cluster-wide, ``quota`` of each resource), and the
-    LocalQueue ``default`` on it in ``namespace``."""
-    api = "kueue.x-k8s.io/v1beta2"
+
+def default_queue(kube: Kube, namespace: str) -> None:
+    """A ResourceFlavor and a ClusterQueue of the tests' (cluster-wide, room for anything), the app's
+    WorkloadPriorityClasses (its jobs name them: Kueue makes no Workload for a job whose class is missing), and
+    the LocalQueue ``default`` on it in ``namespace``."""
+    from llm_infra.queueing import HYPERPOD_PRIORITY_SUFFIX, KUEUE_API_VERSION, PRIORITY_CLASSES
+
+    api = KUEUE_API_VERSION
     meta = {"name": TESTS_QUEUE}
-    quotas = [{"name": name, "nominalQuota": quota} for name in QUEUED_RESOURCES]
+    quotas = [{"name": name, "nominalQuota": UNLIMITED.get(name, "100000")} for name in QUEUED_RESOURCES]
+    for kind, value in PRIORITY_CLASSES.items():
+        name = f"{kind}{HYPERPOD_PRIORITY_SUFFIX}"
+        kube.apply({"apiVersion": api, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value})
     for obj in (
         {"apiVersion": api, "kind": "ResourceFlavor", "metadata": meta, "spec": {}},
         {

@@ -136,6 +136,10 @@ def test_bad_input_is_one_line_and_exit_2(default_app, capsys, tmp_path: Path) -
     code, _, err = run_cli(capsys, "rehearse", *flags, "-c", "compute=hyperpod")
     assert code == 2 and "holds compute=eks templates, the config says hyperpod" in err
 
+    # A size the templates were not synthesized for (issue 31: it once rehearsed the 2-node templates silently).
+    code, _, err = run_cli(capsys, "rehearse", *flags, "-c", "gpu_nodes=256")
+    assert code == 2 and "creates 2 GPU nodes, the config says gpu_nodes=256: synthesize with the same" in err
+
 
 def test_without_the_binaries_it_says_make_k8s(default_app, capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(control_plane.BIN_DIR_VARIABLE, str(tmp_path))

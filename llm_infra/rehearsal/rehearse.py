@@ -286,6 +286,12 @@ def plan(
         nodes, notes = _capped(templated, nodes_per_group)
     except (ValueError, OSError) as err:
         raise BadInput(f"{cdk_out}: cannot derive the nodes: {err}") from None
+    gpu_nodes = sum(1 for node in templated if node.gpus)
+    if gpu_nodes != config.gpu_nodes and not config.existing_cluster:  # -c gpu_nodes=256 on a 2-node cdk.out
+        raise BadInput(
+            f"{cdk_out} creates {gpu_nodes} GPU nodes, the config says gpu_nodes={config.gpu_nodes}: synthesize with "
+            "the same config and -c flags (make synth, or npx cdk synth -c KEY=VALUE ...)"
+        )
     devices = existing_cluster.owners_devices(config)
     nodes = [existing_cluster.with_owners_devices(node, devices) for node in nodes] + theirs
     notes += existing_cluster.notes(config, theirs, existing_nodes)
