@@ -72,7 +72,7 @@ def worker(args: argparse.Namespace) -> None:
     step_times = []
     for _ in range(6):
         started = time.perf_counter()
-        trainer.train_step(vote)
+        trainer.train_step()
         step_times.append(time.perf_counter() - started)
 
     def without_guard(loss: torch.Tensor) -> None:

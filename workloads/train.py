@@ -942,6 +942,7 @@ class Trainer:
         self.peak_tflops = peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
         self.steps_run = 0
         self.lr = 0.0  # the learning rate of the last applied step
+        self.step_seconds = 0.0  # the last step's wall time
 
     def forward_backward(self, micro_step: int) -> torch.Tensor:
         """One micro-batch of this rank: forward, loss, backward. Its share of the step's mean loss."""
@@ -952,7 +953,7 @@ class Trainer:
         loss.backward()
         return loss.detach()
 
-    def train_step(self, vote: CheckpointVote) -> tuple[Agreed, str | None]:
+    def train_step(self) -> tuple[Agreed, str | None]:
         """One optimizer step over the global batch: every micro-batch, clip, the per-step agreement (health,
         stop, save), then the optimizer and the schedule only when the guard finds the step healthy. The
         agreed outcome and, for an unhealthy step (nothing of it applied), its cause. Each rank records
@@ -970,6 +971,9 @@ class Trainer:
                 grad_norm = grad_norm.to_local()  # replicated: every rank holds the whole norm
             self.work.stop()
             self.positions.arrive(progress.step + 1, "agreement", self.work.last)
+            # The checkpoint's vote asks its schedule with the last step's time (this one's is not known
+            # before the sync), and whether its background write is done, as late as it can.
+            vote = self.checkpoints.vote(progress.step + 1, self.step_seconds)
             agreed = agree_on_step(loss, grad_norm, self.stop, vote, self.runtime)
         except RuntimeError as exc:  # gloo's timeout, a peer gone (NCCL's watchdog ends the process itself)
             self.raise_late(exc)
@@ -1008,22 +1012,20 @@ class Trainer:
             self.checkpoints.close()  # gives the folder's lease back
             return refused.code
         throughput = self.start_logging(resumed_from, changed)
-        loop_started, step_seconds = time.perf_counter(), 0.0
+        loop_started = time.perf_counter()
         halted = False
         while progress.step < steps:
             self.faults.before_step(progress.step)
             started = time.perf_counter()
-            # The checkpoint's vote asks its schedule with the last step's time (this one's is not known
-            # before the sync).
-            agreed, cause = self.train_step(self.checkpoints.vote(progress.step + 1, step_seconds))
-            step_seconds = time.perf_counter() - started
+            agreed, cause = self.train_step()
+            self.step_seconds = time.perf_counter() - started
             if cause is not None:
                 halted = not self.on_unhealthy(cause)
                 if halted:
                     break
                 continue
             throughput.add(self.tokens_per_step, progress.step)
-            self.log_step(agreed, step_seconds)
+            self.log_step(agreed, self.step_seconds)
             last_step = progress.step == steps
             stopping = agreed.stop and not last_step
             self.checkpoint_step(agreed, save=agreed.save or last_step, stopping=stopping)

@@ -88,14 +88,14 @@ def test_a_refused_step_changes_nothing_and_the_guard_adds_no_sync_or_collective
     run = trainer(["--steps=4", "--fail-nan-at-step=2"])
     state = run.state
     counted = Counted(monkeypatch)
-    agreed, cause = run.train_step(run.checkpoints.vote(1, 0.0))
+    agreed, cause = run.train_step()
     assert cause is None and state.progress.step == 1 and math.isfinite(agreed.grad_norm)
     assert (counted.collectives, counted.syncs) == (1, 1)  # the agreement, and reading its result
     params = {name: p.detach().clone() for name, p in state.model.named_parameters()}
     moments = [s["exp_avg"].clone() for s in state.optimizer.state.values()]
     lr = state.optimizer.param_groups[0]["lr"]
     counted.reset()
-    agreed, cause = run.train_step(run.checkpoints.vote(2, 0.0))  # the batch of step 2 has a NaN loss
+    agreed, cause = run.train_step()  # the batch of step 2 has a NaN loss
     assert (counted.collectives, counted.syncs) == (1, 1)  # the guard costs nothing extra
     assert cause is not None and "non-finite loss" in cause and agreed.ranks_non_finite == 1
     assert all(torch.equal(p, params[name]) for name, p in state.model.named_parameters())
