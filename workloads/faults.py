@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -54,7 +55,8 @@ class FaultInjector:
             os._exit(17)
         if self._armed(self.fail_hang_at_step, step):
             _report({"event": "fault", "kind": "hang", "rank": self.rank, "step": step})
-            while True:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # stuck in its work, not in its signal handling:
+            while True:  # the launcher's SIGTERM ends it at once
                 time.sleep(3600)
 
     def poison_loss(self, loss: torch.Tensor, data_step: int) -> torch.Tensor:
