@@ -143,8 +143,16 @@ UNLIMITED = {"memory": "1Pi", "ephemeral-storage": "1Pi", "hugepages-2Mi": "1Pi"
 def default_queue(kube: Kube, namespace: str) -> None:
     """A ResourceFlavor and a ClusterQueue of the tests' (cluster-wide, room for anything), the app's
     WorkloadPriorityClasses (its jobs name them: Kueue makes no Workload for a job whose class is missing), and
-    the LocalQueue ``default`` on it in ``namespace``."""
-    from llm_infra.queueing import HYPERPOD_PRIORITY_SUFFIX, KUEUE_API_VERSION, PRIORITY_CLASSES
+    the LocalQueues on it in ``namespace``: ``default`` and the one HyperPod's task governance makes for the
+    default team (the HyperPod mode's jobs name it)."""
+    from llm_infra.config import DEFAULT_HYPERPOD_TEAM
+    from llm_infra.queueing import (
+        DEFAULT_LOCAL_QUEUE,
+        HYPERPOD_PRIORITY_SUFFIX,
+        KUEUE_API_VERSION,
+        PRIORITY_CLASSES,
+        hyperpod_queue_values,
+    )
 
     api = KUEUE_API_VERSION
     meta = {"name": TESTS_QUEUE}
@@ -168,12 +176,15 @@ def default_queue(kube: Kube, namespace: str) -> None:
                 ],
             },
         },
-        {
-            "apiVersion": api,
-            "kind": "LocalQueue",
-            "metadata": {"name": "default", "namespace": namespace},
-            "spec": {"clusterQueue": TESTS_QUEUE},
-        },
+        *(
+            {
+                "apiVersion": api,
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterQueue": TESTS_QUEUE},
+            }
+            for name in (DEFAULT_LOCAL_QUEUE, hyperpod_queue_values(DEFAULT_HYPERPOD_TEAM).local_queue)
+        ),
     ):
         kube.apply(obj)
 
