@@ -191,10 +191,21 @@ def rehearsed(request, synth, own_control_plane, tmp_path_factory) -> Iterator[R
     if config.compute == "hyperpod":
         steps.append(Step(VARIANTS, tuple(Applied(o, "test") for o in operator_variants(Templates(app.templates)))))
     rehearsal.steps = steps
-    with own_control_plane(components=(*SIMULATION, *operators)) as cp:
+    # The real Kueue too where the app installs its queues (as llm-infra rehearse runs it) and it can run here.
+    queueing = ("kueue",) if rehearsal.queues and not control_plane.kueue_unavailable(BIN_DIR) else ()
+    with own_control_plane(components=(*SIMULATION, *operators, *queueing)) as cp:
         report = rehearse(rehearsal, cp, timeout=60.0)
         live = json.loads(cp.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
         yield Rehearsed(config, dist, {n.name.lower(): n for n in rehearsal.nodes}, steps, report, live)
+
+
+def test_kueue_admits_every_job_of_dist_where_the_app_installs_it(rehearsed: Rehearsed) -> None:
+    if "kueue" not in rehearsed.report.control_plane["components"]:
+        pytest.skip(f"Kueue does not run in this rehearsal: {control_plane.kueue_unavailable(BIN_DIR) or 'no queue'}")
+    added = {"ray-at-rest", "validation-1-health-blocked"}  # the steps this module adds, each read by its test
+    of_dist = [job for job in rehearsed.report.jobs if job.name not in added]
+    assert of_dist, "the jobs of dist/ that Kueue manages are reported"
+    assert [job for job in of_dist if not job.admitted] == []
 
 
 def _named(pods: list[PodResult], prefix: str) -> list[PodResult]:
@@ -335,8 +346,12 @@ def test_when_work_arrives_each_ray_worker_takes_a_whole_gpu_node(rehearsed: Reh
 
 def test_the_validation_job_cannot_run_while_ray_holds_every_gpu_node(rehearsed: Rehearsed) -> None:
     blocked = rehearsed.pods(BLOCKED)
-    assert blocked and all(p.phase == "Pending" and not p.node for p in blocked), blocked
-    assert all("Insufficient nvidia.com/gpu" in p.reason for p in blocked), blocked
+    held = [job for job in rehearsed.report.jobs if job.name == "validation-1-health-blocked"]
+    if held and not held[0].admitted:  # Kueue holds it (the GPUs' quota is taken): no pod at all
+        assert not blocked and "insufficient unused quota for nvidia.com/gpu" in held[0].reason, held
+    else:
+        assert blocked and all(p.phase == "Pending" and not p.node for p in blocked), blocked
+        assert all("Insufficient nvidia.com/gpu" in p.reason for p in blocked), blocked
     assert not rehearsed.report.passed
 
 
