@@ -14,7 +14,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test test-fast lint clean crds dashboard k8s k8s-for-tests docs rehearse checkov
+.PHONY: setup synth test test-fast lint clean crds dashboard k8s k8s-for-tests docs rehearse rehearse-scale checkov
 
 setup: $(STAMP)
 
@@ -104,3 +104,10 @@ k8s:
 # does nothing once built). Exits 1 unless every pod is Running or Succeeded.
 rehearse: synth crds k8s
 	$(BIN)/llm-infra rehearse
+
+# The same at the scale users run (issue 31): the app synthesized for 256 GPU nodes, every node rehearsed, a user's
+# 256-node PyTorchJob admitted and Running and a 257-node Job admitted as nothing with Kueue's reason; prints
+# where the time goes (bench/rehearse_scale.py; GPU_NODES=N for another size).
+GPU_NODES ?= 256
+rehearse-scale: $(STAMP) crds k8s
+	$(BIN)/python bench/rehearse_scale.py --gpu-nodes $(GPU_NODES)

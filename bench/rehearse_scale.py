@@ -1,0 +1,131 @@
+"""Rehearse at the scale users run (issue 31, item 4): the default app synthesized for N GPU nodes, every node
+rehearsed, a user's N-node PyTorchJob (8 GPUs and 32 EFA devices per pod) and an (N+1)-node Job on top.
+
+    python bench/rehearse_scale.py [--gpu-nodes 256] [--out DIR] [--reuse]     # = make rehearse-scale
+
+Goal (a benchmark, not a timed test): at 256 nodes, the N-node job admitted by Kueue with every pod Running,
+the (N+1)-node job admitted as nothing (no pod) with Kueue's reason, the rehearsal exiting 1 for that reason
+alone, in <= 120 s once built. Prints the synth time, the rehearsal's phases as it reported them (stderr, with
+the seconds since it started), the two jobs' verdicts and the pod counts; writes the JSON report to
+``DIR/report.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
+NAMESPACE = "training"  # the app's jobs' namespace: its LocalQueue default is there
+
+
+def pod_spec() -> dict[str, object]:
+    """A whole p5.48xlarge: 8 GPUs and 32 EFA devices, on the GPU nodes' taint."""
+    limits = {GPU: 8, EFA: 32}
+    return {
+        "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": "pytorch", "image": "example.invalid/train:1", "resources": {"limits": limits}}],
+    }
+
+
+def pytorch_job(name: str, nodes: int) -> dict[str, object]:
+    """A user's PyTorchJob of ``nodes`` pods (one master, the rest workers), no queue label (Kueue's default)."""
+    replica = {"restartPolicy": "OnFailure", "template": {"spec": {**pod_spec(), "restartPolicy": "OnFailure"}}}
+    specs = {"Master": {**replica, "replicas": 1}}
+    if nodes > 1:
+        specs["Worker"] = {**replica, "replicas": nodes - 1}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"pytorchReplicaSpecs": specs},
+    }
+
+
+def batch_job(name: str, nodes: int) -> dict[str, object]:
+    """A Job of ``nodes`` pods of a whole GPU node each."""
+    template = {"spec": {**pod_spec(), "restartPolicy": "Never"}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"parallelism": nodes, "completions": nodes, "template": template},
+    }
+
+
+def synth(nodes: int, out: Path) -> float:
+    """``npx cdk synth -c gpu_nodes=N`` into ``out``; its seconds."""
+    began = time.monotonic()
+    subprocess.run(
+        [
+            "npx", "cdk", "synth", "--no-notices", "--no-version-reporting", "--quiet",
+            "-c", f"gpu_nodes={nodes}", "-c", f"manifests_dir={out / 'dist'}", "-o", str(out / "cdk.out"),
+        ],
+        cwd=REPO,
+        check=True,
+        env={**os.environ, "CDK_DISABLE_CLI_TELEMETRY": "true"},
+    )  # fmt: skip
+    return time.monotonic() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpu-nodes", type=int, default=256)
+    parser.add_argument("--out", type=Path, help="where the synthesized app and the report go")
+    parser.add_argument("--reuse", action="store_true", help="use DIR's synthesized app when it is there")
+    parser.add_argument("--timeout", type=float, default=600.0, help="rehearse's --timeout for each step")
+    args = parser.parse_args()
+    nodes = args.gpu_nodes
+    out = args.out or REPO / ".cache" / "rehearse-scale" / str(nodes)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.reuse and (out / "cdk.out" / "manifest.json").is_file():
+        print(f"synth: reusing {out}")
+    else:
+        print(f"synth: {synth(nodes, out):.0f} s (-c gpu_nodes={nodes})", flush=True)
+    fits, too_big = f"user-{nodes}-nodes", f"user-{nodes + 1}-nodes"
+    (out / "fits.yaml").write_text(yaml.safe_dump(pytorch_job(fits, nodes)))
+    (out / "too-big.yaml").write_text(yaml.safe_dump(batch_job(too_big, nodes + 1)))
+    command = [
+        sys.executable, "-m", "llm_infra.cli", "rehearse", "-c", f"gpu_nodes={nodes}",
+        "--cdk-out", str(out / "cdk.out"), "--manifests", str(out / "dist"), "--nodes-per-group", "0",
+        "--apply", str(out / "fits.yaml"), "--apply", str(out / "too-big.yaml"),
+        "--timeout", str(args.timeout), "--output", "json",
+    ]  # fmt: skip
+    began = time.monotonic()
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stderr is not None and proc.stdout is not None
+        for line in proc.stderr:  # the rehearsal's phases, as it reaches them
+            print(f"{time.monotonic() - began:7.1f} s  {line.rstrip()}", flush=True)
+        report_text = proc.stdout.read()
+    seconds = time.monotonic() - began
+    (out / "report.json").write_text(report_text)
+    report = json.loads(report_text)
+    jobs = {job["name"]: job for job in report["jobs"]}
+    pods = [p for p in report["pods"] if p["step"].endswith("fits.yaml")]
+    running = [p for p in pods if p["phase"] == "Running"]
+    refused = [p for p in report["pods"] if p["name"].startswith(too_big)]
+    print(f"rehearse: exit {proc.returncode} in {seconds:.0f} s ({report['seconds']} s after the control plane)")
+    print(f"{fits}: admitted {jobs.get(fits, {}).get('admitted')}, {len(running)} of {nodes} pods Running")
+    print(f"{too_big}: admitted {jobs.get(too_big, {}).get('admitted')}, {len(refused)} pods; {jobs.get(too_big)}")
+    print(f"every pod: {len(report['pods'])}, nodes: {len(report['nodes'])}; the report: {out / 'report.json'}")
+    met = (
+        proc.returncode == 1
+        and jobs.get(fits, {}).get("admitted") is True
+        and len(running) == nodes
+        and jobs.get(too_big, {}).get("admitted") is False
+        and not refused
+    )
+    print(f"goal (N-node job running, N+1 refused, exit 1): {'met' if met else 'NOT met'}; <= 120 s: {seconds <= 120}")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
