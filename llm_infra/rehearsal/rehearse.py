@@ -287,7 +287,8 @@ def plan(
     except (ValueError, OSError) as err:
         raise BadInput(f"{cdk_out}: cannot derive the nodes: {err}") from None
     gpu_nodes = sum(1 for node in templated if node.gpus)
-    if gpu_nodes != config.gpu_nodes and not config.existing_cluster:  # -c gpu_nodes=256 on a 2-node cdk.out
+    # -c gpu_nodes=256 on a 2-node cdk.out; templates without GPU nodes (a bare stack) are rehearsed as they are.
+    if gpu_nodes and gpu_nodes != config.gpu_nodes and not config.existing_cluster:
         raise BadInput(
             f"{cdk_out} creates {gpu_nodes} GPU nodes, the config says gpu_nodes={config.gpu_nodes}: synthesize with "
             "the same config and -c flags (make synth, or npx cdk synth -c KEY=VALUE ...)"
