@@ -57,6 +57,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, staging
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException, not an Exception
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.stateful import Stateful
 from torch.torch_version import TorchVersion
 
@@ -233,6 +235,7 @@ class CheckpointManager:
             raise ValueError(f"keep: {keep} must be >= 1")
         self.directory = directory
         self.state, self.schedule = state, schedule
+        self._absent_keys: list[str] = []  # the keys_added_later the last loaded checkpoint lacked
         self.last_save_at = time.monotonic()
         self.keep = keep
         self.rank = dist.get_rank()
@@ -339,10 +342,14 @@ class CheckpointManager:
     # ---- the training loop's calls -------------------------------------------------------
     def restore(self, *, before_step: int | None = None) -> int | None:
         """Load the newest good checkpoint (older than ``before_step`` when given: a rollback) into the
-        run's state (:meth:`load_latest`, then its ``load_state_dict``); its step, or None for a fresh start."""
+        run's state (:meth:`load_latest`, then its ``load_state_dict``); its step, or None for a fresh start.
+        A checkpoint of an earlier version that lacks some of the state's ``keys_added_later`` loads without
+        them: ``load_state_dict`` gets what the checkpoint held (those keys absent), with a warning."""
         state = self.state.state_dict()
         step = self.load_latest(state, before_step=before_step)
         if step is not None:
+            for key in self._absent_keys:
+                _remove_flattened(state, key)
             self.state.load_state_dict(state)
         return step
 
@@ -702,6 +709,9 @@ class CheckpointManager:
             for source, load_args in _load_sources(path, marker) if marker else []:
                 failures = self._load_from(state, source, load_args, newest=index == 0)
                 if not failures and marker is not None:
+                    if self._absent_keys:
+                        older = {"event": "checkpoint_older_format", "path": str(path), "absent": self._absent_keys}
+                        self._warn({**older, "reason": "written by an earlier version: loaded without them"})
                     self._loaded(path, marker, source)
                     return int(marker["step"])
                 reasons.append(f"{source}: {'; '.join(failures)}")
@@ -763,9 +773,38 @@ class CheckpointManager:
         failures = self._agree(error)
         if failures or args is None:
             return failures
-        _, error = _attempt(lambda: dcp.load(state, **args))
+        planner = OlderFormatPlanner(getattr(self.state, "keys_added_later", ()))
+        _, error = _attempt(lambda: dcp.load(state, planner=planner, **args))
+        self._absent_keys = planner.absent
         mismatch = getattr(args["storage_reader"], "mismatch", None)  # a tiered shard's: the library wraps it
         return self._agree(describe(mismatch) if error and mismatch else error)
+
+
+class OlderFormatPlanner(DefaultLoadPlanner):
+    """DCP's load planner, except that a checkpoint may lack the keys ``added_later`` (flattened names, e.g.
+    ``run.config``) that a later version added to the state: they are left out of the load and listed in
+    ``absent``. Any other key the checkpoint lacks still fails the load, as with DCP's own planner."""
+
+    def __init__(self, added_later: tuple[str, ...] | list[str]) -> None:
+        super().__init__()
+        self.added_later = frozenset(added_later)
+        self.absent: list[str] = []
+
+    def create_local_plan(self) -> LoadPlan:
+        assert self.metadata is not None
+        held = self.metadata.state_dict_metadata
+        self.absent = sorted(key for key in self.state_dict if key in self.added_later and key not in held)
+        for key in self.absent:
+            del self.state_dict[key]
+        return super().create_local_plan()
+
+
+def _remove_flattened(state: dict[str, Any], key: str) -> None:
+    """Remove ``a.b.c`` from a nested dict (DCP's flattened name of ``state["a"]["b"]["c"]``)."""
+    *parents, leaf = key.split(".")
+    for part in parents:
+        state = state[part]
+    state.pop(leaf, None)
 
 
 class NoCheckpoints:

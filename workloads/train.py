@@ -824,6 +824,9 @@ class TrainState:
     :meth:`state_dict` and restores through :meth:`load_state_dict`, which refuses a checkpoint of another
     model shape and keeps the checkpoint's flags in ``saved_config`` (a resume compares them with its own)."""
 
+    # What earlier versions' checkpoints lack (DCP's flattened names): they load without them, with a warning.
+    keys_added_later = ("run.config", "run.model_args", "progress.skipped")
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -849,8 +852,13 @@ class TrainState:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        saved_config, saved_args = json.loads(state["run"]["config"]), json.loads(state["run"]["model_args"])
-        if saved_args != json.loads(json.dumps(asdict(self.model_args))):
+        run = state.get("run") or {}
+        if "config" not in run or "model_args" not in run:  # an earlier version's: DCP checks the tensors' shapes
+            saved_config, saved_args = None, None
+        else:
+            saved_config, saved_args = json.loads(run["config"]), json.loads(run["model_args"])
+        if saved_args is not None and saved_args != json.loads(json.dumps(asdict(self.model_args))):
+            assert saved_config is not None
             raise ShapeMismatch(
                 f"the checkpoint of step {state['progress']['step']} holds a {saved_config.get('preset')} model "
                 f"({describe_shape(saved_args)}); this run builds a {self.config.model.preset} model "
@@ -859,7 +867,8 @@ class TrainState:
             )
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
-        vars(self.progress).update({**state["progress"], "skipped": json.loads(state["progress"]["skipped"])})
+        progress = state["progress"]
+        vars(self.progress).update({**progress, "skipped": json.loads(progress.get("skipped", "[]"))})
         self.saved_config = saved_config
 
 
@@ -1063,11 +1072,11 @@ class Trainer:
             resumed_from = self.checkpoints.restore()
         except ShapeMismatch as exc:
             raise Refused({"event": "resume_refused", "cause": str(exc), "exit_code": 2}, 2) from exc
-        saved = self.state.saved_config
-        if resumed_from is None or saved is None:
+        if resumed_from is None:
             return resumed_from, []
-        self.apply_optimizer_flags()
-        return resumed_from, differences(saved, self.config.flat())
+        self.apply_optimizer_flags()  # also over an earlier version's checkpoint, whose flags are not known
+        saved = self.state.saved_config
+        return resumed_from, [] if saved is None else differences(saved, self.config.flat())
 
     def honour_halt_record(self) -> None:
         """A halt record in the checkpoint folder stops the run (:class:`Refused`, :data:`HALTED_EXIT_CODE`)
