@@ -100,14 +100,16 @@ def main() -> int:
         "--timeout", str(args.timeout), "--output", "json",
     ]  # fmt: skip
     began = time.monotonic()
-    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        assert proc.stderr is not None and proc.stdout is not None
+    # The report into a file, not a pipe: megabytes of JSON at 256 nodes would fill a pipe nobody reads yet.
+    with (
+        (out / "report.json").open("w") as report_file,
+        subprocess.Popen(command, cwd=REPO, stdout=report_file, stderr=subprocess.PIPE, text=True) as proc,
+    ):
+        assert proc.stderr is not None
         for line in proc.stderr:  # the rehearsal's phases, as it reaches them
             print(f"{time.monotonic() - began:7.1f} s  {line.rstrip()}", flush=True)
-        report_text = proc.stdout.read()
     seconds = time.monotonic() - began
-    (out / "report.json").write_text(report_text)
-    report = json.loads(report_text)
+    report = json.loads((out / "report.json").read_text())
     jobs = {job["name"]: job for job in report["jobs"]}
     pods = [p for p in report["pods"] if p["step"].endswith("fits.yaml")]
     running = [p for p in pods if p["phase"] == "Running"]
