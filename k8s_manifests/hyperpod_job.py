@@ -25,7 +25,8 @@ import cdk8s
 from constructs import Construct
 
 from llm_infra.k8s_manifests.objects import api_object
-from llm_infra.k8s_manifests.pod_spec import WORKLOADS_MOUNT, gpu_pod_spec, one_pod_per_node
+from llm_infra.k8s_manifests.payload import WORKLOADS_MOUNT
+from llm_infra.k8s_manifests.pod_spec import gpu_pod_spec, one_pod_per_node
 from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY, HEALTH_STATUS_SCHEDULABLE, NODE_ROLE_LABEL

@@ -9,8 +9,8 @@ from constructs import Construct
 
 from llm_infra.instance_types import kubelet_reserved_millicpu
 from llm_infra.k8s_manifests.objects import api_object
+from llm_infra.k8s_manifests.payload import WORKLOADS_MOUNT
 from llm_infra.k8s_manifests.pod_spec import (
-    WORKLOADS_MOUNT,
     container_security_context,
     gpu_pod_spec,
     pod_security_context,

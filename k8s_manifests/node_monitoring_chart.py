@@ -5,14 +5,13 @@ from __future__ import annotations
 import cdk8s
 from constructs import Construct
 
-from llm_infra.k8s_manifests.base_chart import payload_files
 from llm_infra.k8s_manifests.objects import api_object
-from llm_infra.k8s_manifests.pod_spec import WORKLOADS_CONFIGMAP, WORKLOADS_MOUNT
+from llm_infra.k8s_manifests.payload import WORKLOADS_MOUNT, payload_files
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import GPU_TOLERATION, HEALTH_STATUS_TOLERATION, NODE_ROLE_LABEL
 
 XID_MONITOR = "gpu-xid-monitor"
-# Outside the jobs' namespace the monitor has its own ConfigMap: xid_monitor.py and what it imports.
+# The monitor's own ConfigMap: xid_monitor.py and what it imports (not the whole payload, nor its namespace).
 XID_MONITOR_CONFIGMAP = "llm-infra-xid-monitor"
 XID_MONITOR_FILES = ("xid_monitor.py", "health_check.py")
 
@@ -28,25 +27,22 @@ class NodeMonitoringChart(cdk8s.Chart):
     nodes for node auto repair but publishes no metric: this stays the Xid metric beside it.
 
     It runs in ``values.node_agents_namespace``: kube-system where the jobs' namespace is a task governance team's
-    (whose admission policy would refuse a DaemonSet that names no queue), with its scripts in a ConfigMap there.
+    (whose admission policy would refuse a DaemonSet that names no queue), with its scripts in a ConfigMap of its own.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, values: WorkloadValues) -> None:
         super().__init__(scope, construct_id)
         labels = {"app.kubernetes.io/name": XID_MONITOR}
-        namespace, configmap = values.node_agents_namespace, WORKLOADS_CONFIGMAP
-        if namespace != values.namespace:
-            files = payload_files()
-            configmap = XID_MONITOR_CONFIGMAP
-            api_object(
-                self,
-                "XidMonitorScripts",
-                api_version="v1",
-                kind="ConfigMap",
-                name=configmap,
-                namespace=namespace,
-                body={"data": {name: files[name] for name in XID_MONITOR_FILES}},
-            )
+        namespace, configmap, files = values.node_agents_namespace, XID_MONITOR_CONFIGMAP, payload_files()
+        api_object(
+            self,
+            "XidMonitorScripts",
+            api_version="v1",
+            kind="ConfigMap",
+            name=configmap,
+            namespace=namespace,
+            body={"data": {name: files[name] for name in XID_MONITOR_FILES}},
+        )
         container = {
             "name": "xid-monitor",
             "image": values.image,  # the DLC image the GPU jobs pull anyway: python3, no extra image

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_infra.k8s_manifests.payload import WORKLOADS_MOUNT, workloads_volume
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import GPU_TOLERATION, HEALTH_STATUS_KEY, NODE_ROLE_LABEL
 
-WORKLOADS_CONFIGMAP = "llm-infra-workloads"
-WORKLOADS_MOUNT = "/workloads"
 # HyperPod's node-health-status values that must not receive new pods (nodes without the label,
 # e.g. on plain EKS, are fine).
 UNHEALTHY_STATUSES = ["Unschedulable", "UnschedulablePendingReplacement", "UnschedulablePendingReboot"]
@@ -95,7 +94,7 @@ def volumes(values: WorkloadValues) -> list[dict[str, Any]]:
     return [
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{values.profile.gpus * 16}Gi"}},
         {"name": "fsx", "persistentVolumeClaim": {"claimName": values.pvc_name}},
-        {"name": "workloads", "configMap": {"name": WORKLOADS_CONFIGMAP, "defaultMode": 0o555}},
+        workloads_volume(),
     ]
 
 

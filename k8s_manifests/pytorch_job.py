@@ -8,7 +8,8 @@ import cdk8s
 from constructs import Construct
 
 from llm_infra.k8s_manifests.objects import api_object
-from llm_infra.k8s_manifests.pod_spec import WORKLOADS_MOUNT, gpu_pod_spec, one_pod_per_node, resilience_annotations
+from llm_infra.k8s_manifests.payload import WORKLOADS_MOUNT
+from llm_infra.k8s_manifests.pod_spec import gpu_pod_spec, one_pod_per_node, resilience_annotations
 from llm_infra.k8s_manifests.values import WorkloadValues
 
 JOB_LABEL = "llm-infra.aws/job"

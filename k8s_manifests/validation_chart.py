@@ -10,7 +10,8 @@ import cdk8s
 from constructs import Construct
 
 from llm_infra.k8s_manifests.objects import api_object
-from llm_infra.k8s_manifests.pod_spec import WORKLOADS_MOUNT, gpu_pod_spec, one_pod_per_node
+from llm_infra.k8s_manifests.payload import WORKLOADS_MOUNT
+from llm_infra.k8s_manifests.pod_spec import gpu_pod_spec, one_pod_per_node
 from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
 from llm_infra.k8s_manifests.training_job import training_job
 from llm_infra.k8s_manifests.training_job_chart import checkpoint_args

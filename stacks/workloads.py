@@ -14,7 +14,7 @@ from llm_infra.config import TrainingConfig
 from llm_infra.constructs.lustre_storage import ILustreStorage
 from llm_infra.constructs.training_cluster import ExistingTrainingCluster, TrainingCluster
 from llm_infra.constructs.validation import ConstructValidationError
-from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
+from llm_infra.k8s_manifests.payload import WORKLOADS_DIR
 from llm_infra.k8s_manifests.render import JOB_CHARTS, QUEUES_CHART, build_charts
 from llm_infra.k8s_manifests.values import FsxVolume, WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_TOLERATION

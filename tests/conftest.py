@@ -31,7 +31,7 @@ from botocore.stub import Stubber
 from llm_infra import cli
 from llm_infra.cli.commands import cluster_access
 from llm_infra.config import TrainingConfig
-from llm_infra.k8s_manifests.base_chart import payload_files
+from llm_infra.k8s_manifests.payload import payload_files
 from llm_infra.rehearsal import crds
 from llm_infra.rehearsal.control_plane import die_with_parent
 from llm_infra.stacks.training_app import add_training_stacks

@@ -65,7 +65,8 @@ def payload_lines(torch_launch) -> tuple[str, list[dict]]:
     training = chart_objects(WorkloadValues.from_config(config)).jobs[2]
     log, code = ChartPayload(launch=torch_launch)(training, 0, "gpu-a")
     assert code == 0, log[-2000:]
-    records = [json.loads(line[line.find("{") :]) for line in log.splitlines() if line.lstrip().startswith("{")]
+    lines = [json.loads(line[line.find("{") :]) for line in log.splitlines() if line.lstrip().startswith("{")]
+    records = [r for r in lines if "time" in r]  # as the drill reads them (the warnings on stderr carry no time)
     (fault,) = [r for r in records if r.get("event") == "fault"]
     before = "".join(json.dumps(r) + "\n" for r in records if r["time"] <= fault["time"])
     return before, [r for r in records if r["time"] > fault["time"]]

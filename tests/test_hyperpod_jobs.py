@@ -27,7 +27,6 @@ from test_manifests import KUBERNETES_VERSION, OUTPUTS, by_kind, pod_spec, rende
 
 from conftest import TorchLaunch, hyperpod_config
 from llm_infra.config import TrainingConfig
-from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.hyperpod_job import (
     AGENT_PORT,
     ELASTIC_AGENT,
@@ -37,6 +36,7 @@ from llm_infra.k8s_manifests.hyperpod_job import (
     hyperpodrun_command,
     train_log_rules,
 )
+from llm_infra.k8s_manifests.payload import WORKLOADS_DIR
 from llm_infra.k8s_manifests.pod_spec import TORCHRUN_TEARDOWN_SECONDS
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.k8s_manifests.values import WorkloadValues

@@ -23,9 +23,9 @@ from cluster_model import admission_problem, quantity
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
-from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
 from llm_infra.k8s_manifests.kuberay_chart import CLUSTER_LABEL, RAY_CLUSTER, REDIS_PASSWORD_SECRET, KubeRayChart
+from llm_infra.k8s_manifests.payload import WORKLOADS_DIR
 from llm_infra.k8s_manifests.pod_spec import gpu_node_affinity, nccl_env
 from llm_infra.k8s_manifests.training_job_chart import TrainingJobChart
 from llm_infra.k8s_manifests.values import WorkloadValues

@@ -13,8 +13,14 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.cli.synth_summary import manifests_summary
 from llm_infra.config import ConfigError, TrainingConfig
-from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR, payload_files
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
+from llm_infra.k8s_manifests.payload import (
+    ANNOTATIONS_LIMIT,
+    CONFIGMAP_BUDGET,
+    WORKLOADS_DIR,
+    payload_configmaps,
+    payload_files,
+)
 from llm_infra.k8s_manifests.pod_spec import TORCHRUN_TEARDOWN_SECONDS
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.k8s_manifests.values import WorkloadValues
@@ -166,7 +172,8 @@ def test_training_job_takes_whole_p5_nodes(eks) -> None:
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
     assert volumes["fsx"]["persistentVolumeClaim"]["claimName"] == "fsx-data"
-    assert volumes["workloads"]["configMap"]["name"] == "llm-infra-workloads"
+    sources = volumes["workloads"]["projected"]["sources"]
+    assert [s["configMap"]["name"] for s in sources] == list(payload_configmaps(payload_files()))
     assert {m["mountPath"] for m in container["volumeMounts"]} == {"/dev/shm", "/fsx", "/workloads"}
     assert spec["serviceAccountName"] == "training"
 
@@ -253,10 +260,15 @@ def test_fsx_static_volume_and_claim(eks) -> None:
     assert pvc["spec"]["resources"]["requests"]["storage"] == "1200Gi"
 
 
-def test_configmap_equals_the_workloads_folder(eks) -> None:
-    data = by_kind(eks, "ConfigMap", "llm-infra-workloads")["data"]
+def test_the_payload_configmaps_together_equal_the_workloads_folder(eks) -> None:
+    names = list(payload_configmaps(payload_files()))
+    maps = [by_kind(eks, "ConfigMap", name) for name in names]
+    data = {key: value for m in maps for key, value in m["data"].items()}
     on_disk = {p.name: p.read_text() for p in WORKLOADS_DIR.iterdir() if p.suffix == ".py"}
     assert data == on_disk == payload_files()
+    # Each fits kubectl apply's last-applied-configuration annotation (the API server caps annotations at 256 KiB).
+    for m in maps:
+        assert len(json.dumps(m, separators=(",", ":"))) < ANNOTATIONS_LIMIT - 10_000, m["metadata"]["name"]
     assert {
         "train.py",
         "health_check.py",
@@ -267,6 +279,17 @@ def test_configmap_equals_the_workloads_folder(eks) -> None:
         "throughput.py",
         "xid_monitor.py",
     } <= set(data)
+
+
+def test_the_payload_is_packed_in_name_order_under_the_budget() -> None:
+    third = "x" * (CONFIGMAP_BUDGET // 3)
+    packed = payload_configmaps({"d.py": third, "a.py": third, "c.py": third, "b.py": "print()"})
+    assert {name: sorted(data) for name, data in packed.items()} == {
+        "llm-infra-workloads": ["a.py", "b.py", "c.py"],
+        "llm-infra-workloads-2": ["d.py"],
+    }
+    with pytest.raises(ValueError, match=r"workloads/big.py: .* over the 200000 a payload ConfigMap may hold"):
+        payload_configmaps({"big.py": "x" * CONFIGMAP_BUDGET})
 
 
 def test_validation_suite(eks) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import hyperpod_config
 from llm_infra.config import ConfigError, TrainingConfig
-from llm_infra.k8s_manifests.base_chart import WORKLOADS_DIR
+from llm_infra.k8s_manifests.payload import WORKLOADS_DIR
 from llm_infra.versions import KUBERAY_OPERATOR, TOKENIZERS_VERSION
 
 CLUSTER = "-cluster"
