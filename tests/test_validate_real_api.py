@@ -24,6 +24,7 @@ from kwok_cluster import KwokCluster, PodRuntime, signal_when
 
 from conftest import REPO_ROOT, TorchLaunch, app_config, run_cli
 from llm_infra.config import TrainingConfig
+from llm_infra.k8s_manifests.payload import payload_configmaps, payload_files
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import HEALTH_STATUS_KEY
 from llm_infra.ops.validation_run import chart_objects
@@ -244,6 +245,21 @@ def test_apply_base_applies_the_base_and_fsx_charts_server_side(tmp_path, eks_cl
     assert "llm-infra" in managers  # the server-side apply's field manager
     assert "did not start" in out
     assert cluster.jobs() == [] and cluster.job_pods() == []
+
+
+def test_a_payload_file_that_differs_in_any_of_its_configmaps_is_named(eks_cluster, capsys) -> None:
+    """The payload spans several ConfigMaps (llm_infra/k8s_manifests/payload.py): a file changed in the last
+    one is named in the warning (an earlier run's job then stops the command before it starts anything)."""
+    cluster, flags = eks_cluster
+    config = app_config()
+    deployed(cluster, config)
+    name, files = list(payload_configmaps(payload_files()).items())[-1]
+    changed = sorted(files)[0]
+    cluster.kube.patch("v1", "ConfigMap", name, {"data": {changed: "# edited on the cluster\n"}}, cluster.namespace)
+    cluster.kube.create(objects_for(config, cluster.namespace).jobs[0])
+    code, _, err = validate(capsys, flags)
+    assert code == 1
+    assert f"warning: the cluster's payload differs from this checkout's ({changed})" in err
 
 
 def test_jobs_left_from_an_earlier_run_are_not_touched(eks_cluster, capsys) -> None:

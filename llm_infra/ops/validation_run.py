@@ -90,13 +90,15 @@ def missing_base(kube: Kube, objects: ChartObjects, values: WorkloadValues) -> l
 
 
 def payload_drift(kube: Kube, objects: ChartObjects) -> list[str]:
-    """Payload files whose copy in the cluster's ConfigMap differs from this checkout's."""
-    (payload,) = [o for o in objects.base if o["kind"] == "ConfigMap"]
-    deployed = _get(kube, payload)
-    if deployed is None:
-        return []
-    theirs = deployed.get("data") or {}
-    return sorted(name for name, text in payload["data"].items() if theirs.get(name) != text)
+    """Payload files whose copy in the cluster's ConfigMaps differs from this checkout's (the payload is packed
+    into several: ``llm_infra.k8s_manifests.payload``; a missing one is :func:`missing_base`'s to report)."""
+    drift = []
+    for payload in (o for o in objects.base if o["kind"] == "ConfigMap"):
+        deployed = _get(kube, payload)
+        if deployed is not None:
+            theirs = deployed.get("data") or {}
+            drift += [name for name, text in payload["data"].items() if theirs.get(name) != text]
+    return sorted(drift)
 
 
 def apply_base(kube: Kube, objects: ChartObjects) -> list[str]:
