@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,25 @@ def test_a_save_digests_its_files_as_it_writes_them(one_process, tmp_path: Path)
     assert size > 64 * 2**20
     assert after["rchar"] - before["rchar"] < size / 20
     assert after["read_bytes"] - before["read_bytes"] < size / 20
+
+
+def test_torch_saves_unchecked_zip_crc_gives_way_to_the_digest(tmp_path: Path) -> None:
+    """While a digesting stream is open torch.save computes no CRC of its zip records (torch.load checks
+    none: the file's digest replaces it, and its CPU time); the setting comes back when the last of two
+    overlapping streams closes, and the file loads."""
+    save_config = torch.utils.serialization.config.save
+    assert save_config.compute_crc32
+    fs = checkpoint_digests.DigestingFileSystem()
+    with fs.create_stream(tmp_path / "a", "wb") as stream:
+        with fs.create_stream(tmp_path / "b", "wb"):
+            assert not save_config.compute_crc32
+        assert not save_config.compute_crc32
+        torch.save(torch.arange(4.0), stream)
+    assert save_config.compute_crc32
+    with zipfile.ZipFile(tmp_path / "a") as archive:
+        assert archive.infolist() and all(info.CRC == 0 for info in archive.infolist())
+    assert torch.load(tmp_path / "a").tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert fs.digests["a"] == checkpoint_digests.file_digest(tmp_path / "a")
 
 
 def test_a_checkpoint_from_before_digests_loads_with_a_warning(one_process, tmp_path: Path) -> None:
