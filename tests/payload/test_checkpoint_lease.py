@@ -8,7 +8,9 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,29 @@ def test_the_job_identity_comes_from_the_launcher() -> None:
         f"torchrun agent {host}:{os.getppid()}"
     )
     assert job_identity({}) == f"process {host}:{os.getpid()}"
+
+
+def test_a_ray_train_workers_job_is_its_run_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside a Ray Train worker the run name is the job (before torchrun's run id; LLM_INFRA_JOB still
+    first); outside one (no train context) the order goes on to torchrun's."""
+
+    class Context:
+        def __init__(self, name: str | None) -> None:
+            self.name = name
+
+        def get_experiment_name(self) -> str:
+            if self.name is None:
+                raise RuntimeError("get_context() is only available inside a Ray Train worker")
+            return self.name
+
+    ray_train = types.ModuleType("ray.train")
+    monkeypatch.setitem(sys.modules, "ray.train", ray_train)
+    torchrun = {"TORCHELASTIC_RUN_ID": "abc", "TORCHELASTIC_RESTART_COUNT": "0"}
+    ray_train.get_context = lambda: Context("llama-pretrain")  # type: ignore[attr-defined]
+    assert job_identity(torchrun) == "ray run llama-pretrain"
+    assert job_identity({**torchrun, "LLM_INFRA_JOB": "training/llama"}) == "job training/llama"
+    ray_train.get_context = lambda: Context(None)  # type: ignore[attr-defined]
+    assert job_identity(torchrun) == "torchrun run abc"
 
 
 def test_another_live_job_is_refused_naming_the_holder(tmp_path: Path) -> None:

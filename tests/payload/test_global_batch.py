@@ -38,8 +38,11 @@ def uninterrupted(tmp_path_factory) -> dict[int, dict]:
 
 @pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2)])
 def test_a_resume_on_another_world_size_continues_the_same_run(
-    uninterrupted: dict[int, dict], tmp_path: Path, before: int, after: int
+    uninterrupted: dict[int, dict], tmp_path: Path, before: int, after: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Both launches are one job (as the manifests say through LLM_INFRA_JOB): the second takes the crashed
+    # first's lease over at once, where another job would wait for it to go stale (checkpoint_lease.py).
+    monkeypatch.setenv("LLM_INFRA_JOB", f"tests/global-batch-{before}-{after}")
     # The first launch stops for good before step 5 (no restart); step 4 is committed.
     first = run(tmp_path, before, "--fail-at-step=5", "--fail-rank=0")
     assert first.returncode != 0 and '"kind": "exit"' in first.stderr

@@ -1,12 +1,12 @@
 """A failure on ONE rank never leaves the other waiting in a collective (2 gloo ranks on CPU).
 
-Each fault fires on rank 1 only, in the first attempt only. Every run here has a short process-group
-timeout: a rank left waiting in a collective would wait that long and then crash, so a run that ends
-well within it, with the result of an uninterrupted run, shows the ranks agreed on the outcome."""
+Each fault fires on rank 1 only, in the first attempt only. The tests assert what happened, not the
+clock: both ranks reach the agreed outcome (the same fallback, the same failure), and no rank reports a
+collective that timed out or a rank that did not arrive (the survivors' ``late_ranks`` line,
+workloads/late_ranks.py). The only time limit is the subprocess's, a generous guard against a hang."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -15,14 +15,15 @@ from .conftest import json_lines, summary, train
 
 pytestmark = pytest.mark.torch
 
-PG_TIMEOUT_SECONDS = 60  # what a hang would cost; every run below must end well inside it
+PG_TIMEOUT_SECONDS = 60
 EVERY_2 = ["--checkpoint-every=2", f"--pg-timeout-seconds={PG_TIMEOUT_SECONDS}"]
+HANG_GUARD_SECONDS = 4 * PG_TIMEOUT_SECONDS  # only against a hang; what happened is asserted, not the time
 
 
-def timed(args: list[str], **kwargs):
-    started = time.monotonic()
-    result = train(args, timeout=3 * PG_TIMEOUT_SECONDS, **kwargs)
-    return result, time.monotonic() - started
+def assert_no_rank_waited(output: str) -> None:
+    """No rank was left in a collective: none timed out, none named a rank that did not arrive."""
+    assert '"event": "late_ranks"' not in output and "waiting at the " not in output
+    assert "timed out" not in output.lower()
 
 
 def events(stdout: str, name: str) -> list[dict]:
@@ -34,17 +35,19 @@ def test_a_read_error_on_one_rank_falls_back_to_the_previous_checkpoint_on_every
 ) -> None:
     first = train(["--steps=6", f"--checkpoint-dir={tmp_path}", *EVERY_2])
     assert first.returncode == 0, first.stderr[-3000:]
-    resumed, seconds = timed(
-        ["--steps=10", f"--checkpoint-dir={tmp_path}", *EVERY_2, "--fail-in-checkpoint-load", "--fail-rank=1"]
+    resumed = train(
+        ["--steps=10", f"--checkpoint-dir={tmp_path}", *EVERY_2, "--fail-in-checkpoint-load", "--fail-rank=1"],
+        timeout=HANG_GUARD_SECONDS,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert seconds < PG_TIMEOUT_SECONDS / 2
+    assert_no_rank_waited(resumed.stdout + resumed.stderr)
     assert '"kind": "checkpoint_io"' in resumed.stderr  # the fault really fired
     (skipped,) = events(resumed.stdout, "checkpoint_skipped")
     assert skipped["path"].endswith("step-00000006")
-    # DCP carried rank 1's read error to both ranks, and both agreed to skip this checkpoint.
-    failure = "CheckpointException: CheckpointException ranks:dict_keys([1])"
-    assert skipped["reason"] == f"directory: rank 0: {failure}; rank 1: {failure}"
+    # DCP carried rank 1's read error to both ranks, both agreed to skip this checkpoint, and the reason
+    # names rank 1's own cause (DCP's CheckpointException unwrapped), once for the two identical outcomes.
+    failure = "rank 1: OSError: [EIO] injected I/O error reading the newest checkpoint's shards"
+    assert skipped["reason"] == f"directory: ranks 0, 1: {failure}"
     final = summary(resumed.stdout)
     assert final["resumed_from"] == 4
     assert final["param_sha256"] == reference_run["param_sha256"]
@@ -56,9 +59,9 @@ def test_a_write_error_on_one_rank_restarts_every_rank_from_the_last_commit(
 ) -> None:
     args = ["--steps=10", f"--checkpoint-dir={tmp_path}", *EVERY_2, "--fail-in-checkpoint-save-at-step=6"]
     args += ["--fail-rank=1"] + (["--async-checkpoint"] if mode == "async" else [])
-    result, seconds = timed(args, max_restarts=1)
+    result = train(args, max_restarts=1, timeout=HANG_GUARD_SECONDS)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert seconds < PG_TIMEOUT_SECONDS / 2
+    assert_no_rank_waited(result.stdout + result.stderr)
     assert '"kind": "checkpoint_io"' in result.stderr
     # Rank 0, whose own write succeeded, raised too, naming rank 1's failure (rank 1 says the same unless
     # torchrun stops it first: whichever rank exits first ends the group).

@@ -23,6 +23,12 @@ def test_killed_rank_restarts_and_resumes_bitwise_identical(reference_run, tmp_p
     assert final["restart"] == 1 and final["resumed_from"] == 4
     assert final["step"] == 10
     assert final["param_sha256"] == reference_run["param_sha256"]
+    # The restart is the same job: its next incarnation took the folder's lease over at once, from itself.
+    leases = [r for r in json_lines(result.stdout) if r.get("event") == "checkpoint_lease"]
+    assert len(leases) == 2 and leases[0]["how"] == "created" and leases[1]["job"] == leases[0]["job"]
+    assert leases[1]["how"].startswith(f"taken over from {leases[0]['job']} on ")
+    assert "checkpoint_folder_held" not in result.stdout + result.stderr
+    assert not (tmp_path / "LEASE").exists()  # given back at the end
 
 
 def test_death_during_checkpoint_write_resumes_from_previous(reference_run, tmp_path: Path) -> None:

@@ -359,10 +359,16 @@ def test_crash_resumes_from_the_memory_tier_bitwise_identical(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert '"kind": "exit"' in result.stderr  # the fault really fired
-    (resume,) = events(result.stdout, "resume")
-    assert (resume["step"], resume["source"]) == (4, "memory")
+    records = json_lines(result.stdout)
+    (resumed_at,) = [i for i, r in enumerate(records) if r.get("event") == "resume"]
+    # The newest checkpoint committed before the crash: step 4's async save is committed at a later step's
+    # agreement once every rank's write is durable; on a loaded machine it may still be in flight when rank
+    # 1 dies, and then it is never committed and the run resumes from step 2 (the result is the same).
+    newest = max(r["step"] for r in records[:resumed_at] if r.get("event") == "checkpoint")
+    assert newest in (2, 4)
+    assert (records[resumed_at]["step"], records[resumed_at]["source"]) == (newest, "memory")
     final = summary(result.stdout)
-    assert (final["restart"], final["resumed_from"], final["step"]) == (1, 4, 10)
+    assert (final["restart"], final["resumed_from"], final["step"]) == (1, newest, 10)
     assert final["param_sha256"] == reference_run["param_sha256"]
     assert not list(tmp_path.rglob("*.distcp"))
 
