@@ -115,7 +115,7 @@ def test_the_hyperpod_app_rehearses_with_its_jobs_listed_as_having_no_controller
     assert "rehearsal: PASS" in out and "modelled from the pinned charts" in out
     no_controller = out.split("no controller here (", 1)[1]
     for job in ("train", "validation-2-allreduce", "validation-3-training", "llama2-7b"):
-        assert f"HyperPodPyTorchJob training/{job} " in no_controller
+        assert f"HyperPodPyTorchJob {config.jobs_namespace}/{job} " in no_controller  # the team's namespace
     assert "the HyperPod training operator is closed source" in no_controller
     assert "ml.p5.48xlarge" in out and " Pending " not in out
 

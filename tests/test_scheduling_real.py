@@ -59,7 +59,7 @@ CONFIGS = {"eks": TrainingConfig(ray_image=RAY_TEST_IMAGE), "hyperpod": hyperpod
 # What stays free on the system nodes once everything that lands there runs: room for a rolling update's
 # surge pods and for add-ons that grow with the cluster (CoreDNS, the CloudWatch agent's buffers).
 SYSTEM_HEADROOM = 0.2
-RAY_AT_REST = "the Ray job at rest"
+RAY_JOB_HEAD = "the Ray job's head and submitter (its workers at 0)"
 RAY_EVERY_GPU_NODE = "the RayCluster's GPU workers on every GPU node"
 BLOCKED = "validation-1-health while Ray holds every GPU node"
 VARIANTS = "the training operator add-on's pods, per way of combining values"
@@ -123,6 +123,14 @@ def _renamed(obj: dict[str, Any], name: str) -> dict[str, Any]:
     return obj
 
 
+def _without_workers(ray_job: dict[str, Any]) -> dict[str, Any]:
+    """The Ray job with its worker group at 0: its head and submitter stay on the system nodes for the load check,
+    its GPU workers (a gang, tested in its own step) leave the GPUs to the steps after it."""
+    for group in ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+        group["replicas"] = group["minReplicas"] = 0
+    return ray_job
+
+
 def operator_variants(templates: Templates) -> list[dict[str, Any]]:
     """The HyperPod training operator add-on's controller and cert-manager as Deployments, one per way of
     combining values (our values, and SYSTEM_NODE_VALUES), named ``<pod>--<values>--<merge>``."""
@@ -184,7 +192,7 @@ def rehearsed(request, synth, own_control_plane, tmp_path_factory) -> Iterator[R
     scaled["spec"]["workerGroupSpecs"][0]["replicas"] = config.gpu_nodes  # as the autoscaler does
     (health,) = [o for o in dist_objects(dist, "validation") if o["metadata"]["name"] == "validation-1-health"]
     steps += [
-        Step(RAY_AT_REST, (Applied(_renamed(ray_job, "ray-at-rest"), "kuberay.k8s.yaml"),)),
+        Step(RAY_JOB_HEAD, (Applied(_without_workers(_renamed(ray_job, "ray-job-head")), "kuberay.k8s.yaml"),)),
         Step(RAY_EVERY_GPU_NODE, (Applied(scaled, "kuberay.k8s.yaml, scaled"),)),
         Step(BLOCKED, (Applied(_renamed(health, "validation-1-health-blocked"), "validation.k8s.yaml"),)),
     ]
@@ -202,7 +210,7 @@ def rehearsed(request, synth, own_control_plane, tmp_path_factory) -> Iterator[R
 def test_kueue_admits_every_job_of_dist_where_the_app_installs_it(rehearsed: Rehearsed) -> None:
     if "kueue" not in rehearsed.report.control_plane["components"]:
         pytest.skip(f"Kueue does not run in this rehearsal: {control_plane.kueue_unavailable(BIN_DIR) or 'no queue'}")
-    added = {"ray-at-rest", "validation-1-health-blocked"}  # the steps this module adds, each read by its test
+    added = {"ray-job-head", "validation-1-health-blocked"}  # the steps this module adds, each read by its test
     of_dist = [job for job in rehearsed.report.jobs if job.name not in added]
     assert of_dist, "the jobs of dist/ that Kueue manages are reported"
     assert [job for job in of_dist if not job.admitted] == []
@@ -294,7 +302,7 @@ def system_load(rehearsed: Rehearsed) -> dict[str, int]:
 
 def test_system_nodes_hold_what_lands_there_with_headroom(rehearsed: Rehearsed) -> None:
     names = {p["metadata"]["name"] for p in rehearsed.live if p["spec"].get("nodeName") in rehearsed.role("system")}
-    assert any(n.startswith("ray-head-") for n in names) and any(n.startswith("ray-at-rest-") for n in names)
+    assert any(n.startswith("ray-head-") for n in names) and any(n.startswith("ray-job-head-") for n in names)
     load = system_load(rehearsed)
     system = [rehearsed.nodes[n] for n in rehearsed.role("system")]
     for resource in ("cpu", "memory"):
@@ -311,22 +319,25 @@ def test_one_system_node_would_not_hold_it(rehearsed: Rehearsed) -> None:
     assert system_load(rehearsed)["memory"] > one.allocatable["memory"]
 
 
-# ---- Ray: no GPU held until work arrives; the work fits when it does ---------------------------
-def test_at_rest_the_ray_objects_hold_no_gpu(rehearsed: Rehearsed) -> None:
-    at_rest = rehearsed.pods(RAY_AT_REST)
-    ray_job = rehearsed.pods(rehearsed.step_of("kuberay", "ray-train").name)
+# ---- Ray: the always-on cluster holds no GPU until work arrives; the Ray job is a gang --------------
+def test_at_rest_the_ray_cluster_holds_no_gpu_and_the_ray_job_is_a_gang(rehearsed: Rehearsed) -> None:
     deploy_ray = [p for p in rehearsed.pods(DEPLOY_STEP) if p.name.startswith(("ray-head-", "ray-gcs-redis-"))]
-    # The head (with KubeRay's autoscaler sidecar), Redis, the submitter: nothing else, on no GPU node.
-    assert len(at_rest) == 2 and len(ray_job) == 2 and len(deploy_ray) == 2
-    for pod in at_rest + ray_job + deploy_ray:
+    # The RayCluster's head (with KubeRay's autoscaler sidecar) and Redis: on no GPU node, asking no GPU.
+    assert len(deploy_ray) == 2
+    for pod in deploy_ray:
         assert pod.ok and pod.node not in rehearsed.gpu_nodes(), pod
-    for pod in at_rest + deploy_ray:
         assert not pod_requests(rehearsed.live_pod(pod)["spec"]).get(GPU)
-    # Both clusters scale on demand: KubeRay gave each head the autoscaler (enableInTreeAutoscaling).
-    heads = [rehearsed.live_pod(p) for p in at_rest + deploy_ray if "-head-" in p.name]
-    assert len(heads) == 2
-    for head in heads:
-        assert "autoscaler" in [c["name"] for c in head["spec"]["containers"]], head["metadata"]["name"]
+    (head,) = [rehearsed.live_pod(p) for p in deploy_ray if "-head-" in p.name]
+    assert "autoscaler" in [c["name"] for c in head["spec"]["containers"]]  # enableInTreeAutoscaling
+    # The Ray job (Kueue admits it whole: no autoscaler) starts every GPU worker at once, each on a node of its own.
+    ray_job = rehearsed.pods(rehearsed.step_of("kuberay", "ray-train").name)
+    workers = [p for p in ray_job if "-worker-" in p.name]
+    others = [p for p in ray_job if p not in workers]
+    assert len(workers) == rehearsed.config.gpu_nodes and len(others) == 2, ray_job  # the head, the submitter
+    assert all(p.ok for p in ray_job) and {p.node for p in workers} == rehearsed.gpu_nodes()
+    assert all(p.node not in rehearsed.gpu_nodes() for p in others)
+    head_only = rehearsed.pods(RAY_JOB_HEAD)
+    assert len(head_only) == 2 and all(p.ok and p.node not in rehearsed.gpu_nodes() for p in head_only)
 
 
 def test_when_work_arrives_each_ray_worker_takes_a_whole_gpu_node(rehearsed: Rehearsed) -> None:
@@ -335,20 +346,21 @@ def test_when_work_arrives_each_ray_worker_takes_a_whole_gpu_node(rehearsed: Reh
     assert all(p.phase == "Running" for p in workers) and {p.node for p in workers} == rehearsed.gpu_nodes()
     for pod in workers:
         assert pod_requests(rehearsed.live_pod(pod)["spec"])[GPU] == rehearsed.config.gpu_profile.gpus
-    # The Ray job's cluster has the same GPU workers, and both may grow to every GPU node, no further.
+    # The Ray job's cluster has the same GPU workers: the RayCluster may grow to every GPU node, no further, and
+    # the job's fixed gang is that size.
     (ray_job,) = [o for o in dist_objects(rehearsed.dist, "kuberay") if o["kind"] == "RayJob"]
     (ray_cluster,) = [o for o in dist_objects(rehearsed.dist, "kuberay") if o["kind"] == "RayCluster"]
     (job_group,) = ray_job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     (group,) = ray_cluster["spec"]["workerGroupSpecs"]
     assert job_group["template"]["spec"] == group["template"]["spec"]  # the job's pods also carry its queue labels
-    assert job_group["maxReplicas"] == group["maxReplicas"] == rehearsed.config.gpu_nodes
+    assert job_group["replicas"] == group["maxReplicas"] == rehearsed.config.gpu_nodes
 
 
 def test_the_validation_job_cannot_run_while_ray_holds_every_gpu_node(rehearsed: Rehearsed) -> None:
     blocked = rehearsed.pods(BLOCKED)
     held = [job for job in rehearsed.report.jobs if job.name == "validation-1-health-blocked"]
-    if held and not held[0].admitted:  # Kueue holds it (the GPUs' quota is taken): no pod at all
-        assert not blocked and "insufficient unused quota for nvidia.com/gpu" in held[0].reason, held
+    if held and not held[0].admitted:  # Kueue holds it (the quota taken, or an admitted gang not yet ready): no pod
+        assert not blocked and held[0].reason, held
     else:
         assert blocked and all(p.phase == "Pending" and not p.node for p in blocked), blocked
         assert all("Insufficient nvidia.com/gpu" in p.reason for p in blocked), blocked
