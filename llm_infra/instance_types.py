@@ -111,3 +111,16 @@ def kubelet_reserved_millicpu(vcpus: int) -> float:
     bootstrap computes it: 6 % of the first core, 1 % of the second, 0.5 % of the next two, 0.25 % of the
     rest. HyperPod's EKS AMI is assumed to reserve the same."""
     return 60 + (10 if vcpus > 1 else 0) + 5 * min(max(vcpus - 2, 0), 2) + 2.5 * max(vcpus - 4, 0)
+
+
+# vCPUs and GiB of memory of the non-GPU instance types the stacks use (system nodes, HyperPod CPU groups; EC2
+# instance-type documentation): the Kueue quota's system flavour and the rehearsal's nodes read them.
+CPU_INSTANCE_TYPES: dict[str, tuple[int, int]] = {
+    "m7i.xlarge": (4, 16),
+    "m7i.2xlarge": (8, 32),
+    "m5.xlarge": (4, 16),
+    "m5.2xlarge": (8, 32),
+    "m5.4xlarge": (16, 64),
+    "c5.2xlarge": (8, 16),
+    "c5.4xlarge": (16, 32),
+}

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from llm_infra.instance_types import InstanceProfile, kubelet_reserved_millicpu
+from llm_infra.instance_types import CPU_INSTANCE_TYPES, InstanceProfile, kubelet_reserved_millicpu
 from llm_infra.node_labels import GPU_TAINT_KEY, NODE_ROLE_LABEL
 
 # Kueue's labels (sigs.k8s.io/kueue pkg/constants: QueueLabel, WorkloadPriorityClassLabel); the HyperPod CLI
@@ -93,17 +93,8 @@ SYSTEM_NODE_DAEMONSETS: dict[str, tuple[int, int]] = {
     "eks-node-monitoring-agent": (10, 30),
 }
 XID_MONITOR_REQUESTS = (10, 32)  # on every GPU node, always applied
-# vCPUs and GiB of the system instance types the ClusterQueue's system flavour can be sized for (EC2 instance
-# types documentation; the rehearsal's CPU_INSTANCE_TYPES holds the same figures).
-SYSTEM_INSTANCE_TYPES: dict[str, tuple[int, int]] = {
-    "m7i.xlarge": (4, 16),
-    "m7i.2xlarge": (8, 32),
-    "m5.xlarge": (4, 16),
-    "m5.2xlarge": (8, 32),
-    "m5.4xlarge": (16, 64),
-    "c5.2xlarge": (8, 16),
-    "c5.4xlarge": (16, 32),
-}
+# The system instance types the ClusterQueue's system flavour can be sized for: those whose vCPUs and memory we know.
+SYSTEM_INSTANCE_TYPES = CPU_INSTANCE_TYPES
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 HUGEPAGES = "hugepages-2Mi"

@@ -217,6 +217,17 @@ def synth(extra_synth: None, tmp_path_factory: pytest.TempPathFactory) -> Callab
     return _synth
 
 
+@pytest.fixture
+def rehearsal_binaries(k8s_binaries: Path) -> None:
+    """What ``llm-infra rehearse`` starts: every component it needs built, else skip."""
+    from llm_infra.rehearsal import control_plane as cp
+    from llm_infra.rehearsal.rehearse import REQUIRED_COMPONENTS
+
+    absent = cp.missing_binaries(k8s_binaries, REQUIRED_COMPONENTS)
+    if absent:
+        pytest.skip(f"real control plane: {', '.join(absent)} not built in {k8s_binaries}; run `make k8s`")
+
+
 @pytest.fixture(scope="session")
 def default_app(tmp_path_factory: pytest.TempPathFactory) -> Synthesized:
     """The default app, synthesized once per session (the fast tier has it; ``synth(TrainingConfig())`` is it too)."""

@@ -28,7 +28,6 @@ from llm_infra.queueing import (
     MAX_PODS,
     PRIORITY_LABEL,
     QUEUE_LABEL,
-    SYSTEM_INSTANCE_TYPES,
     SYSTEM_NODE_DAEMONSETS,
     XID_MONITOR_REQUESTS,
     kubelet_reserved_memory_mib,
@@ -131,7 +130,6 @@ def test_the_figures_are_the_rehearsals() -> None:
     reading of the upstream sources: llm_infra/rehearsal/deploy_workloads.py and upstream_charts.py)."""
     from llm_infra.rehearsal import deploy_workloads, upstream_charts
 
-    assert SYSTEM_INSTANCE_TYPES.items() <= deploy_workloads.CPU_INSTANCE_TYPES.items()
     capacity, allocatable = deploy_workloads._resources("p5.48xlarge", 192, 2048, 10240)
     assert deploy_workloads.MAX_PODS.get("p5.48xlarge", 110) == MAX_PODS
     assert capacity["memory"] - allocatable["memory"] == kubelet_reserved_memory_mib(MAX_PODS) + 10240

@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from conftest import REPO_ROOT, Synthesized, hyperpod_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.rehearsal import control_plane
-from llm_infra.rehearsal.rehearse import REQUIRED_COMPONENTS, node_object, plan
+from llm_infra.rehearsal.rehearse import node_object, plan
 
 NINE_GPUS = """
 apiVersion: v1
@@ -46,14 +44,6 @@ def app_flags(app: Synthesized, config: TrainingConfig) -> list[str]:
     if not dist.is_dir():
         write_dist(config, dist)
     return ["--app-dir", str(REPO_ROOT), "--cdk-out", str(app.outdir), "--manifests", str(dist)]
-
-
-@pytest.fixture
-def rehearsal_binaries(k8s_binaries) -> None:
-    """What ``llm-infra rehearse`` starts: every component it needs built, else skip."""
-    absent = control_plane.missing_binaries(k8s_binaries, REQUIRED_COMPONENTS)
-    if absent:
-        pytest.skip(f"real control plane: {', '.join(absent)} not built in {k8s_binaries}; run `make k8s`")
 
 
 def test_a_pod_that_cannot_fit_is_pending_with_the_schedulers_reason(

@@ -20,9 +20,8 @@ from conftest import run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.input_files import BadInput
 from llm_infra.k8s_manifests.render import write_dist
-from llm_infra.rehearsal import control_plane
 from llm_infra.rehearsal.existing_cluster import notes, owners_devices, quantity
-from llm_infra.rehearsal.rehearse import REQUIRED_COMPONENTS, node_object, plan
+from llm_infra.rehearsal.rehearse import node_object, plan
 
 CONFIG = byo.CONFIGS["byo-vpc-cluster"]  # install_addons unset: none of the add-ons or device plugins are ours
 # Two of the cluster's own nodes as `kubectl get nodes -o yaml` lists them (trimmed: conditions, images, etc.).
@@ -150,13 +149,6 @@ def test_existing_nodes_only_for_an_existing_cluster(default_app, tmp_path: Path
         write_dist(TrainingConfig(), dist)
     with pytest.raises(BadInput, match="--existing-nodes: only for an app on an existing cluster"):
         plan(TrainingConfig(), default_app.outdir, dist, existing_nodes=tmp_path / "nodes.yaml")
-
-
-@pytest.fixture
-def rehearsal_binaries(k8s_binaries) -> None:
-    absent = control_plane.missing_binaries(k8s_binaries, REQUIRED_COMPONENTS)
-    if absent:
-        pytest.skip(f"real control plane: {', '.join(absent)} not built in {k8s_binaries}; run `make k8s`")
 
 
 def test_an_app_on_an_existing_cluster_rehearses_with_its_nodes(

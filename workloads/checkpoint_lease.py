@@ -106,6 +106,17 @@ class Lease:
             os.fsync(handle.fileno())
         return private
 
+    def _create(self) -> bool:
+        """Create the lease as ours if there is none (an exclusive hard link of a written copy); False if one is."""
+        private = self._private_copy()
+        try:
+            os.link(private, self.path)
+        except FileExistsError:
+            return False
+        finally:
+            private.unlink(missing_ok=True)
+        return True
+
     def read(self) -> dict[str, Any] | None:
         """The lease as it is now, None when there is none; an unreadable one counts as its holder's."""
         try:
@@ -122,13 +133,8 @@ class Lease:
         for _ in range(3):  # a lease that changes under us (another job racing) is looked at again
             holder = self.read()
             if holder is None:
-                private = self._private_copy()
-                try:
-                    os.link(private, self.path)
-                except FileExistsError:
+                if not self._create():
                     continue
-                finally:
-                    private.unlink(missing_ok=True)
                 return "created"
             age = time.time() - float(holder.get("renewed_at", 0))
             if holder.get("job") != self.job and age < TAKEOVER_SECONDS:
@@ -145,13 +151,8 @@ class Lease:
                     aside.unlink()
                     continue
                 aside.unlink()
-                private = self._private_copy()
-                try:
-                    os.link(private, self.path)
-                except FileExistsError:
+                if not self._create():
                     continue
-                finally:
-                    private.unlink(missing_ok=True)
             else:
                 os.replace(self._private_copy(), self.path)
             return f"taken over from {_who(holder)} (renewed {age:.0f} s ago)"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_infra.instance_types import INSTANCE_PROFILES, kubelet_reserved_millicpu
+from llm_infra.instance_types import CPU_INSTANCE_TYPES, INSTANCE_PROFILES, kubelet_reserved_millicpu
 from llm_infra.node_labels import HEALTH_STATUS_KEY, HEALTH_STATUS_SCHEDULABLE, INSTANCE_TYPE_LABEL
 from llm_infra.rehearsal.upstream_charts import (
     ADDON_NAMESPACES,
@@ -47,16 +47,6 @@ from llm_infra.rehearsal.upstream_charts import (
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 HUGEPAGES = "hugepages-2Mi"
-# vCPUs, GiB of the non-GPU instance types the stacks use (EC2 instance-type documentation).
-CPU_INSTANCE_TYPES = {
-    "m7i.xlarge": (4, 16),
-    "m7i.2xlarge": (8, 32),
-    "m5.xlarge": (4, 16),
-    "m5.2xlarge": (8, 32),
-    "m5.4xlarge": (16, 64),
-    "c5.2xlarge": (8, 16),
-    "c5.4xlarge": (16, 32),
-}
 # Pods per node (the VPC CNI's limit for the type, capped at 110 on large instances).
 MAX_PODS = {"m7i.xlarge": 58, "m5.xlarge": 58, "m5.2xlarge": 58, "c5.2xlarge": 58}
 TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
