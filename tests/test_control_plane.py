@@ -47,11 +47,14 @@ def cluster(control_plane: ControlPlane) -> ControlPlane:
 
 
 def crd_files() -> list[Path]:
-    """The pinned CRDs: ``$LLM_INFRA_CRDS_DIR`` / ``.cache/crds``, else the shared copy."""
+    """The pinned CRDs: ``$LLM_INFRA_CRDS_DIR`` / ``.cache/crds``, else the shared copy; and Kueue's, which
+    ``make crds`` copies from its Go module (the queues the app renders are its kinds)."""
+    kueue = [crds.kueue_dir() / name for name in sorted(crds.KUEUE_CRD_FILES)]
+    kueue = kueue if not crds.kueue_missing() else []
     for directory in (crds.crds_dir(), SHARED_CRDS):
         files = sorted(directory.glob("*.yaml"))
         if files:
-            return files
+            return files + kueue
     return []
 
 
@@ -133,7 +136,7 @@ def dry_run(plane: control_plane.ControlPlane, tmp_path: Path, namespace: str) -
     assert not failures, "\n".join(failures)
     assert len(checked) > 10, f"too few objects checked; not served: {unserved}"
     # Every kind we render is built in or has its CRD applied above.
-    assert not unserved, f"kinds the server does not serve (no CRD applied): {unserved}"
+    assert not unserved, f"kinds the server does not serve (no CRD applied; Kueue's: make crds): {unserved}"
 
 
 def test_every_process_is_stopped_by_pid_on_exit(k8s_binaries: Path) -> None:
