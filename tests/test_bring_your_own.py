@@ -137,7 +137,7 @@ def test_the_app_reaches_an_existing_cluster_through_its_own_kubectl_provider(sy
     (framework,) = [f for f in functions if "frameworkonEvent" in f]
     assert entry_id in resources[framework]["DependsOn"]  # every manifest waits for the access entry
     manifests = [r for r in resources.values() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"]
-    assert len(manifests) == 3
+    assert len(manifests) == 4  # base, FSx, node monitoring, the Kueue queues (their Kueue: owner's or ours)
     assert all(m["Properties"]["ServiceToken"] == {"Fn::GetAtt": [framework, "Arn"]} for m in manifests)
     # The app's system nodes (the Ray head and Redis select them) join it in the given subnets.
     (system,) = [

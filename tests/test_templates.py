@@ -380,7 +380,9 @@ def test_every_addon_overwrites_conflicts(synth, compute: str) -> None:
     template = Template.from_json(synth(TrainingConfig(compute=compute)).template(CLUSTER))
     addons = {a["Properties"]["AddonName"] for a in template.find_resources("AWS::EKS::Addon").values()}
     bootstrap = {"vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent"}
-    operator = {"cert-manager", "amazon-sagemaker-hyperpod-training-operator"} if compute == "hyperpod" else set()
+    hyperpod = {"cert-manager", "amazon-sagemaker-hyperpod-training-operator"}
+    hyperpod.add("amazon-sagemaker-hyperpod-taskgovernance")
+    operator = hyperpod if compute == "hyperpod" else set()
     others = {"aws-fsx-csi-driver", "amazon-cloudwatch-observability", "eks-node-monitoring-agent"}
     assert addons == bootstrap | others | operator
     template.all_resources_properties("AWS::EKS::Addon", {"ResolveConflicts": "OVERWRITE"})
