@@ -40,7 +40,7 @@ dashboard: synth
 	$(BIN)/llm-infra dashboard --template cdk.out/llm-infra-cluster.template.json --out docs/dashboard.png
 
 # The control-plane tiers (tests/test_control_plane.py, _operators_real, _validate_real_api, _rehearse) need
-# `make k8s`; test builds it first (a fresh machine: about 10 minutes of Go, once). A piece that cannot be built
+# `make k8s`; test builds it first (a fresh machine: about 15 minutes of Go, once). A piece that cannot be built
 # here (no Go, a module the proxy refuses) is reported, and only the tests that need it skip, with the reason.
 # The checks and builds it needs run side by side (mypy is the longest, ~1 min on a fresh clone).
 test: $(STAMP)
