@@ -71,6 +71,16 @@ def train(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
     return run_torchrun("train.py", SMALL + args, **kwargs)
 
 
+@pytest.fixture
+def one_process():
+    """A one-rank gloo process group in this process, for the checkpoint manager's unit tests."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def reference_run(tmp_path_factory):
     """An uninterrupted 10-step run with checkpoints every 2 steps: the result to match."""

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
 from llm_infra.workloads import checkpointing
@@ -31,13 +30,6 @@ class Weights:
 
     def load_state_dict(self, state: dict) -> None:
         self.weight = state["weight"]
-
-
-@pytest.fixture
-def one_process():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_dcps_exception_is_unwrapped_to_each_ranks_cause() -> None:

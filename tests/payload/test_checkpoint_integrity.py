@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from llm_infra.workloads import checkpoint_digests
 from llm_infra.workloads.checkpointing import COMMIT_MARKER, CheckpointManager
@@ -31,13 +30,6 @@ class Blob:
 
     def load_state_dict(self, state: dict) -> None:
         self.weight = state["weight"]
-
-
-@pytest.fixture
-def one_process():
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def io_counters() -> dict[str, int]:

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from llm_infra.workloads.checkpointing import CheckpointManager, NoLoadableCheckpoint
 
@@ -52,13 +51,11 @@ class Current:
 
 
 @pytest.fixture
-def earlier_checkpoint(tmp_path: Path):
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+def earlier_checkpoint(one_process, tmp_path: Path) -> Path:
     manager = CheckpointManager(tmp_path, state=Earlier(), keep=1)
     manager.save(7)
     manager.close()
-    yield tmp_path
-    dist.destroy_process_group()
+    return tmp_path
 
 
 def test_an_earlier_versions_checkpoint_loads_without_the_keys_added_since(earlier_checkpoint: Path, capsys) -> None:
