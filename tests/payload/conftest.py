@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -81,13 +84,44 @@ def one_process():
     dist.destroy_process_group()
 
 
+@dataclass(frozen=True)
+class ReferenceRun:
+    """The uninterrupted run every resumed one must match: its summary, JSON lines and checkpoint folder."""
+
+    summary: dict
+    records: list[dict]
+    checkpoint_dir: Path
+
+    def __getitem__(self, key: str):  # its summary's fields, as the tests compare them
+        return self.summary[key]
+
+
 @pytest.fixture(scope="session")
-def reference_run(tmp_path_factory):
-    """An uninterrupted 10-step run with checkpoints every 2 steps: the result to match."""
+def reference_run(tmp_path_factory) -> ReferenceRun:
+    """An uninterrupted 10-step run with checkpoints every 2 steps, the newest 2 kept: the result to match."""
     directory = tmp_path_factory.mktemp("reference")
-    result = train(["--steps=10", f"--checkpoint-dir={directory}", "--checkpoint-every=2"])
+    result = train(["--steps=10", f"--checkpoint-dir={directory}", "--checkpoint-every=2", "--keep-checkpoints=2"])
     assert result.returncode == 0, result.stderr[-3000:]
-    return summary(result.stdout)
+    return ReferenceRun(summary(result.stdout), json_lines(result.stdout), directory)
+
+
+@pytest.fixture(scope="session")
+def checkpoints_after(tmp_path_factory) -> Callable[[int, Path], Path]:
+    """``checkpoints_after(steps, into)``: the checkpoint folder of an uninterrupted ``steps``-step run (2 ranks,
+    a checkpoint every 2 steps) copied into ``into``, for a test that damages or resumes it; each run once per
+    session (a launch costs seconds, a copy nothing)."""
+    made: dict[int, Path] = {}
+
+    def copy(steps: int, into: Path) -> Path:
+        if steps not in made:
+            directory = tmp_path_factory.mktemp(f"after-{steps}-steps")
+            result = train([f"--steps={steps}", f"--checkpoint-dir={directory}", "--checkpoint-every=2"])
+            assert result.returncode == 0, result.stderr[-3000:]
+            made[steps] = directory
+        shutil.copytree(made[steps], into, dirs_exist_ok=True)
+        return into
+
+    return copy
 
 
 def start_torchrun(script: str, args: list[str]) -> subprocess.Popen[str]:

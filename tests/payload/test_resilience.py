@@ -50,9 +50,8 @@ def test_death_during_checkpoint_write_resumes_from_previous(reference_run, tmp_
     assert not list(tmp_path.glob(".tmp-step-*"))  # the half-written folder was cleaned up
 
 
-def test_corrupt_newest_checkpoint_falls_back_and_logs(reference_run, tmp_path: Path) -> None:
-    first = train(["--steps=6", f"--checkpoint-dir={tmp_path}", "--checkpoint-every=2"])
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_corrupt_newest_checkpoint_falls_back_and_logs(reference_run, checkpoints_after, tmp_path: Path) -> None:
+    checkpoints_after(6, tmp_path)
     newest = tmp_path / "step-00000006"
     for shard in newest.glob("*.distcp"):
         shard.write_bytes(b"\0garbage" * 16)
@@ -110,45 +109,33 @@ def test_async_checkpoints_commit_promptly_and_resume_bitwise_identical(referenc
     assert saves and all(0 < r["stall_seconds"] < r["seconds"] for r in saves)
 
 
-def test_keep_last_k(tmp_path: Path) -> None:
-    result = train(["--steps=10", f"--checkpoint-dir={tmp_path}", "--checkpoint-every=2", "--keep-checkpoints=2"])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-00000008", "step-00000010"]
-    saves = [r for r in json_lines(result.stdout) if r.get("event") == "checkpoint"]
+def test_keep_last_k(reference_run) -> None:
+    directory = reference_run.checkpoint_dir  # 10 steps, a checkpoint every 2, --keep-checkpoints=2
+    assert sorted(p.name for p in directory.glob("step-*")) == ["step-00000008", "step-00000010"]
+    saves = [r for r in reference_run.records if r.get("event") == "checkpoint"]
     assert [r["step"] for r in saves] == [2, 4, 6, 8, 10]
     assert all(r["stall_seconds"] == r["seconds"] > 0 for r in saves)  # a blocking save stalls until committed
-    marker = json.loads((tmp_path / "step-00000010" / "COMMITTED").read_text())
+    marker = json.loads((directory / "step-00000010" / "COMMITTED").read_text())
     assert marker["step"] == 10 and marker["world_size"] == 2
 
 
-def test_verdict_passes_when_loss_falls_and_checkpoint_is_complete(tmp_path: Path) -> None:
-    result = train(
-        [
-            "--steps=30",
-            f"--checkpoint-dir={tmp_path}",
-            "--checkpoint-every=10",
-            "--fail-at-step=15",
-            "--fail-rank=0",
-            "--verdict",
-        ],
-        max_restarts=1,
-    )
+def test_verdict_passes_when_loss_falls_and_checkpoint_is_complete_and_a_resume_at_the_end_keeps_it(
+    tmp_path: Path,
+) -> None:
+    args = ["--steps=30", f"--checkpoint-dir={tmp_path}", "--checkpoint-every=10", "--verdict"]
+    result = train([*args, "--fail-at-step=15", "--fail-rank=0"], max_restarts=1)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     verdict = json_lines(result.stdout)[-1]
     assert verdict["verdict"] == "pass"
     assert verdict["checks"] == {"loss_fell": True, "checkpoint_complete": True}
     assert verdict["resumed_from"] == 10
 
-
-def test_a_run_resumed_at_its_end_keeps_its_verdict(tmp_path: Path) -> None:
-    """A restart after the final checkpoint trains nothing: it judges with the loss the run ended on
-    (saved in the checkpoint), so a pass stays a pass instead of failing on a missing loss."""
-    args = ["--steps=20", f"--checkpoint-dir={tmp_path}", "--checkpoint-every=10", "--verdict"]
-    first = train(args)
-    assert first.returncode == 0, first.stderr[-3000:]
+    # A restart after the final checkpoint trains nothing: it judges with the loss the run ended on (saved in
+    # the checkpoint), so a pass stays a pass instead of failing on a missing loss.
     again = train(args)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert summary(again.stdout)["loss"] == summary(first.stdout)["loss"]
+    assert summary(again.stdout)["resumed_from"] == 30
+    assert summary(again.stdout)["loss"] == summary(result.stdout)["loss"]
     assert json_lines(again.stdout)[-1]["verdict"] == "pass"
 
 
@@ -161,18 +148,12 @@ def test_a_failed_verdict_exits_with_its_own_code(tmp_path: Path) -> None:
     assert "exitcode: 3" in judged.stderr and judged.returncode != 0
 
 
-def test_checkpointing_does_not_change_the_training(reference_run) -> None:
-    # DCP initialises empty optimizer state with a zero-lr step (Adam's step count 1); the payload does
-    # the same without a checkpoint dir, so a run that never checkpoints trains identically.
-    result = train(["--steps=10"])
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert summary(result.stdout)["param_sha256"] == reference_run["param_sha256"]
-
-
-def test_activation_checkpointing_changes_memory_not_the_math(reference_run) -> None:
-    # Recomputing activations (selective: every second matmul and the elementwise ops; full: whole
-    # blocks) must give the same gradients as keeping them: bit-identical parameters after the same steps.
+def test_neither_checkpointing_nor_activation_recompute_changes_the_training(reference_run) -> None:
+    # DCP initialises empty optimizer state with a zero-lr step (Adam's step count 1); the payload does the same
+    # without a checkpoint dir, so a run that never checkpoints trains identically. Recomputing activations
+    # (selective, the reference's: every second matmul and the elementwise ops; full: whole blocks) must give the
+    # same gradients as keeping them (none): bit-identical parameters after the same steps.
     for mode in ("none", "full"):
-        result = train(["--steps=10", f"--activation-checkpointing={mode}"])
+        result = train(["--steps=10", f"--activation-checkpointing={mode}"])  # no checkpoint dir
         assert result.returncode == 0, result.stderr[-3000:]
         assert summary(result.stdout)["param_sha256"] == reference_run["param_sha256"], mode
