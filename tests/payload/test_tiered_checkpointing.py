@@ -36,7 +36,7 @@ from moto.server import ThreadedMotoServer
 
 from llm_infra.workloads import train as train_module
 
-from .conftest import REPO_ROOT, WORKLOADS, free_port, json_lines, summary, train
+from .conftest import REPO_ROOT, WORKLOADS, ReferenceRun, free_port, json_lines, summary, train
 
 MEMORY_TIER_HOST = ("ai-toolkit-gossip-headless.aws-hyperpod.svc.cluster.local", 9200)
 BUCKET = "tiered-checkpoints"
@@ -266,7 +266,7 @@ def test_tiered_flags_come_from_flags_and_the_config_file(tmp_path: Path) -> Non
 # ---- runs --------------------------------------------------------------------------------------
 @pytest.mark.torch
 def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
-    memory_tier: MemoryTier, reference_run: dict[str, Any], tmp_path: Path
+    memory_tier: MemoryTier, reference_run: ReferenceRun, tmp_path: Path
 ) -> None:
     s3_uri = f"s3://{BUCKET}/{tmp_path.name}"
     tiered = ["--tiered-checkpointing", f"--tiered-s3-uri={s3_uri}", "--tiered-s3-every=2"]
@@ -343,7 +343,7 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
 
 @pytest.mark.torch
 def test_crash_resumes_from_the_memory_tier_bitwise_identical(
-    memory_tier: MemoryTier, reference_run: dict[str, Any], tmp_path: Path
+    memory_tier: MemoryTier, reference_run: ReferenceRun, tmp_path: Path
 ) -> None:
     result = train(
         [
@@ -426,7 +426,7 @@ def test_a_corrupt_shard_in_the_memory_tier_is_refused(memory_tier: MemoryTier, 
 
 @pytest.mark.torch
 def test_unreachable_memory_tier_falls_back_to_the_directory(
-    monkeypatch: pytest.MonkeyPatch, reference_run: dict[str, Any], tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, reference_run: ReferenceRun, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     result = train(["--steps=10", f"--checkpoint-dir={tmp_path}", "--checkpoint-every=2", "--tiered-checkpointing"])
@@ -449,7 +449,7 @@ PG_TIMEOUT = ["--pg-timeout-seconds=60"]  # a rank left waiting would wait this 
 @pytest.mark.torch
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_memory_tier_outage_on_one_rank_at_save_sends_the_run_to_the_directory(
-    memory_tier: MemoryTier, reference_run: dict[str, Any], tmp_path: Path, mode: str
+    memory_tier: MemoryTier, reference_run: ReferenceRun, tmp_path: Path, mode: str
 ) -> None:
     """Rank 1's shards of step 4 are refused (the library's SageMakerInMemoryTierError, raised inside
     DCP's write, reaches every rank as DCP's CheckpointException, a BaseException): caught, agreed,
@@ -478,7 +478,7 @@ def test_a_memory_tier_outage_on_one_rank_at_save_sends_the_run_to_the_directory
 
 @pytest.mark.torch
 def test_a_memory_tier_outage_on_one_rank_at_load_reads_s3_on_every_rank(
-    memory_tier: MemoryTier, reference_run: dict[str, Any], tmp_path: Path
+    memory_tier: MemoryTier, reference_run: ReferenceRun, tmp_path: Path
 ) -> None:
     """Rank 1 finds nothing in the memory tier (its reader's metadata comes back empty, before DCP):
     every rank agrees to read that checkpoint from S3 instead; before, rank 0 waited inside DCP's load
