@@ -10,7 +10,7 @@ import pytest
 
 from llm_infra.workloads import train as train_module
 
-from .conftest import json_lines, summary, train
+from .conftest import ReferenceRun, json_lines, summary, train
 
 pytestmark = pytest.mark.torch
 
@@ -60,12 +60,11 @@ def test_a_resume_on_another_world_size_continues_the_same_run(
         assert line["loss"] == pytest.approx(uninterrupted[step]["loss"], abs=2e-4)
 
 
-def test_without_a_global_batch_the_batch_size_is_per_rank(tmp_path: Path) -> None:
-    result = train([f"--checkpoint-dir={tmp_path}", "--steps=2", "--batch-size=2", "--log-every=1"], nproc=2)
-    assert result.returncode == 0, result.stderr[-3000:]
-    start = next(r for r in json_lines(result.stdout) if r.get("event") == "start")
+def test_without_a_global_batch_the_batch_size_is_per_rank(reference_run: ReferenceRun) -> None:
+    # The session's reference run: 2 ranks, --batch-size=2, no --global-batch-size, 10 steps.
+    start = next(r for r in reference_run.records if r.get("event") == "start")
     assert (start["global_batch"], start["accumulation"]) == (4, 1)
-    assert summary(result.stdout)["samples"] == 8
+    assert reference_run["samples"] == 4 * 10
 
 
 def test_a_world_size_that_cannot_split_the_global_batch_is_refused() -> None:

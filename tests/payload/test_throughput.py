@@ -44,7 +44,7 @@ def test_bad_settings_are_errors() -> None:
 
 
 def test_training_logs_heartbeats(tmp_path) -> None:
-    result = run_torchrun("train.py", [*SMALL, "--steps=40", "--throughput-interval-s=0.3"])
+    result = run_torchrun("train.py", [*SMALL, "--steps=12", "--throughput-interval-s=0.1"])
     assert result.returncode == 0, result.stderr[-2000:]
     beats = [r for r in json_lines(result.stdout) if r["event"] == "throughput"]
     assert beats, result.stdout[-2000:]
