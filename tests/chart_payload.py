@@ -6,9 +6,11 @@ tests/kwok_cluster.py's ``PodRuntime`` on the real control plane.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import io
+import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,8 +141,11 @@ class ChartPayload:
 
 @functools.cache
 def checkpoint_root() -> Path:
-    """One folder per test process: a training run's output is cached, so it runs (and saves) once."""
-    return Path(tempfile.mkdtemp(prefix="checkpoints-"))
+    """One folder per test process, removed when it ends: a training run's output is cached, so it runs (and
+    saves) once."""
+    root = Path(tempfile.mkdtemp(prefix="checkpoints-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 def pod_template(job: dict[str, Any]) -> dict[str, Any]:
