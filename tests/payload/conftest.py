@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,7 +93,7 @@ class ReferenceRun:
     records: list[dict]
     checkpoint_dir: Path
 
-    def __getitem__(self, key: str):  # its summary's fields, as the tests compare them
+    def __getitem__(self, key: str) -> Any:  # its summary's fields, as the tests compare them
         return self.summary[key]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import json_lines, summary, train
+from .conftest import ReferenceRun, json_lines, summary, train
 
 pytestmark = pytest.mark.torch
 
@@ -31,7 +31,7 @@ def events(stdout: str, name: str) -> list[dict]:
 
 
 def test_a_read_error_on_one_rank_falls_back_to_the_previous_checkpoint_on_every_rank(
-    reference_run: dict, checkpoints_after, tmp_path: Path
+    reference_run: ReferenceRun, checkpoints_after, tmp_path: Path
 ) -> None:
     checkpoints_after(6, tmp_path)
     resumed = train(
@@ -54,7 +54,7 @@ def test_a_read_error_on_one_rank_falls_back_to_the_previous_checkpoint_on_every
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_write_error_on_one_rank_restarts_every_rank_from_the_last_commit(
-    reference_run: dict, tmp_path: Path, mode: str
+    reference_run: ReferenceRun, tmp_path: Path, mode: str
 ) -> None:
     args = ["--steps=10", f"--checkpoint-dir={tmp_path}", *EVERY_2, "--fail-in-checkpoint-save-at-step=6"]
     args += ["--fail-rank=1"] + (["--async-checkpoint"] if mode == "async" else [])
