@@ -54,9 +54,8 @@ FAST_TIER := not control_plane and not torch_launch and not extra_synth
 test-fast: $(STAMP) lint crds
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) -q --durations=25 -m "$(FAST_TIER)"
 
-# Two workers (pytest-xdist), one per core here: the shared control plane's tests all on one of them (one shared
-# control plane per run), every other file whole on either (its module fixtures made once; a rehearsal's own
-# control plane with it). PYTEST_WORKERS= runs in one process.
+# Two workers (pytest-xdist), one per core here: the control-plane tests all on one of them (one control plane
+# per run), every other file whole on either (its module fixtures made once). PYTEST_WORKERS= runs in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
 
 k8s-for-tests:

@@ -73,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``-n 2 --dist loadfile``: files whole, the shared control plane's tests on one worker (tests/tiers.py)."""
+    """Under ``-n 2 --dist loadfile``: files whole, the control-plane tier on one worker (tests/tiers.py)."""
     return tiers.make_scheduler(config, log)
 
 

@@ -56,16 +56,12 @@ def test_the_tiers_follow_the_fixtures_not_marks() -> None:
     assert tiers.tiers_of(["tmp_path"], [], tiers.PAYLOAD_TESTS / "test_x.py", ["json_lines"]) == set()
 
 
-def test_under_xdist_the_shared_control_planes_tests_are_one_group_and_every_other_file_its_own() -> None:
-    """One worker runs every test of the shared control plane (one per run); a rehearsal with a control plane of
-    its own goes with its file, on either worker; a file's other tests stay together."""
-    shared = ["kwok", "control_plane", "own_control_plane", "k8s_binaries"]
-    assert tiers.xdist_group("tests/test_drill_cli.py::test_x", shared) == tiers.SHARED_PLANE_GROUP
-    assert tiers.xdist_group("tests/test_control_plane.py::test_y", ["control_plane"]) == tiers.SHARED_PLANE_GROUP
-    own = ["own_control_plane", "k8s_binaries", "synth"]
-    assert tiers.xdist_group("tests/test_scheduling_real.py::test_v[eks]", own) == "tests/test_scheduling_real.py"
-    assert tiers.xdist_group("tests/test_plan.py::test_z[a]", ["torch_launch"]) == "tests/test_plan.py"
-    assert tiers.xdist_group("tests/test_planner.py::test_w", []) == "tests/test_planner.py"
+def test_under_xdist_the_control_plane_tier_is_one_group_and_every_other_file_its_own() -> None:
+    """One worker runs every control-plane test (one control plane per run); a file's other tests stay together."""
+    assert tiers.xdist_group("tests/test_drill_cli.py::test_x", {"control_plane", "torch_launch"}) == "control_plane"
+    assert tiers.xdist_group("tests/test_control_plane.py::test_y", {"control_plane"}) == "control_plane"
+    assert tiers.xdist_group("tests/test_plan.py::test_z[a]", {"torch_launch"}) == "tests/test_plan.py"
+    assert tiers.xdist_group("tests/test_planner.py::test_w", set()) == "tests/test_planner.py"
 
 
 @pytest.mark.parametrize(

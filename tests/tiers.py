@@ -67,32 +67,25 @@ def item_tiers(item: pytest.Item) -> set[str]:
 
 def mark(items: Sequence[pytest.Item]) -> None:
     """Add each test's tier markers (pytest_collection_modifyitems); under pytest-xdist, also say each test's
-    worker group and tiers (:func:`write_groups`)."""
-    groups = {}
+    worker group (:func:`write_groups`)."""
     for item in items:
-        heavy = item_tiers(item)
-        for tier in sorted(heavy):
+        for tier in sorted(item_tiers(item)):
             item.add_marker(tier)
-        groups[item.nodeid] = [xdist_group(item.nodeid, getattr(item, "fixturenames", ())), *sorted(heavy)]
-    write_groups(groups)
+    write_groups({item.nodeid: sorted(item_tiers(item)) for item in items})
 
 
 # ---- two workers (pytest-xdist) ------------------------------------------------------------------------
 # ``make test`` runs ``-n 2 --dist loadfile``: each file whole on one worker (its module fixtures, a payload run
-# or a synthesized app, made once), but the tests of the session's shared control plane (the ``control_plane``
-# fixture) are one unit, so that one worker runs them all on one control plane. Tests with a control plane of
-# their own (a rehearsal, ``own_control_plane``) go by file, on either worker. pytest-xdist's own ``xdist_group``
-# cannot say that with pytest 9.2 (its worker renames ``item._nodeid``, which pytest 9.2's nodes no longer read),
-# so the workers write each test's group and tiers to a file the run's controller named (:data:`GROUPS_VARIABLE`),
-# and :func:`make_scheduler` groups and orders by them.
+# or a synthesized app, made once), but the control-plane tier is one unit, so that one worker runs all its tests
+# on one control plane. pytest-xdist's own ``xdist_group`` cannot say that with pytest 9.2 (its worker renames
+# ``item._nodeid``, which pytest 9.2's nodes no longer read), so the workers write each test's tiers to a file
+# the run's controller named (:data:`GROUPS_VARIABLE`), and :func:`make_scheduler` groups and orders by them.
 GROUPS_VARIABLE = "LLM_INFRA_TEST_GROUPS"
-SHARED_PLANE_FIXTURE = "control_plane"
-SHARED_PLANE_GROUP = "shared control plane"
 
 
-def xdist_group(nodeid: str, fixturenames: Iterable[str]) -> str:
-    """The worker group of a test: the shared control plane's when it uses that, else its file's."""
-    return SHARED_PLANE_GROUP if SHARED_PLANE_FIXTURE in set(fixturenames) else nodeid.split("::", 1)[0]
+def xdist_group(nodeid: str, tiers: set[str]) -> str:
+    """The worker group of a test: the control-plane tier's, else its file's."""
+    return "control_plane" if "control_plane" in tiers else nodeid.split("::", 1)[0]
 
 
 def name_groups_file(config: pytest.Config) -> None:
@@ -101,18 +94,17 @@ def name_groups_file(config: pytest.Config) -> None:
         os.environ[GROUPS_VARIABLE] = str(Path(tempfile.mkdtemp(prefix="llm-infra-test-groups-")) / "groups.json")
 
 
-def write_groups(groups: dict[str, list[str]]) -> None:
-    """In a worker (every worker collects the same tests): each test's ``[group, *tiers]``, for the controller."""
+def write_groups(tiers: dict[str, list[str]]) -> None:
+    """In a worker (every worker collects the same tests): each test's tiers, for the controller."""
     target = os.environ.get(GROUPS_VARIABLE)
     if target:
         written = Path(f"{target}.{os.getpid()}")
-        written.write_text(json.dumps(groups))
+        written.write_text(json.dumps(tiers))
         os.replace(written, target)
 
 
-# Which units go first (the longest first, so that no worker is left with a long one at the end): the shared
-# control plane's unit (minutes of command runs on it), then the files of the control-plane tier (rehearsals),
-# then files that run torchrun or synthesize; the larger first within each.
+# Which units go first (the longest first, so that no worker is left with a long one at the end): the
+# control-plane unit (minutes of rehearsals and command runs), then files that run torchrun or synthesize.
 WEIGHTS = {"control_plane": 3, "torch_launch": 2, "extra_synth": 1}
 
 
@@ -126,25 +118,24 @@ def make_scheduler(config: pytest.Config, log: Any) -> Any:
     path = Path(os.environ[GROUPS_VARIABLE])
 
     class TierScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        groups: dict[str, list[str]] | None = None
+        tiers: dict[str, list[str]] | None = None
         ordered = False
 
-        def _group(self, nodeid: str) -> list[str]:
-            if self.groups is None:  # read once: every worker has collected (and written) by now
-                self.groups = json.loads(path.read_text()) if path.exists() else {}
-            return self.groups.get(nodeid) or [nodeid.split("::", 1)[0]]
+        def _tiers(self, nodeid: str) -> set[str]:
+            if self.tiers is None:  # read once: every worker has collected (and written) by now
+                self.tiers = json.loads(path.read_text()) if path.exists() else {}
+            return set(self.tiers.get(nodeid, ()))
 
         def _split_scope(self, nodeid: str) -> str:
-            return self._group(nodeid)[0]
+            return xdist_group(nodeid, self._tiers(nodeid))
 
         def _assign_work_unit(self, node: Any) -> None:
             if not self.ordered:
                 self.ordered = True
 
-                def weight(unit: dict[str, bool]) -> tuple[bool, int, int]:
-                    tiers = set().union(*(self._group(nodeid)[1:] for nodeid in unit))
-                    shared = any(self._group(nodeid)[0] == SHARED_PLANE_GROUP for nodeid in unit)
-                    return shared, max((WEIGHTS[t] for t in tiers), default=0), len(unit)
+                def weight(unit: dict[str, bool]) -> tuple[int, int]:
+                    tiers = set().union(*(self._tiers(nodeid) for nodeid in unit))
+                    return max((WEIGHTS[t] for t in tiers), default=0), len(unit)
 
                 for scope in sorted(self.workqueue, key=lambda scope: weight(self.workqueue[scope]), reverse=True):
                     self.workqueue.move_to_end(scope)
