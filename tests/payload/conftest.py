@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -92,9 +91,6 @@ class ReferenceRun:
     summary: dict
     records: list[dict]
     checkpoint_dir: Path
-
-    def __getitem__(self, key: str) -> Any:  # its summary's fields, as the tests compare them
-        return self.summary[key]
 
 
 @pytest.fixture(scope="session")

@@ -118,4 +118,4 @@ def test_a_flipped_bit_is_refused_on_every_rank_and_the_run_falls_back(
     assert "DigestMismatch: step 6: __0_0.distcp" in resumed.stderr  # the warning line
     final = summary(resumed.stdout)
     assert final["resumed_from"] == 4
-    assert final["param_sha256"] == reference_run["param_sha256"]
+    assert final["param_sha256"] == reference_run.summary["param_sha256"]

@@ -64,7 +64,7 @@ def test_without_a_global_batch_the_batch_size_is_per_rank(reference_run: Refere
     # The session's reference run: 2 ranks, --batch-size=2, no --global-batch-size, 10 steps.
     start = next(r for r in reference_run.records if r.get("event") == "start")
     assert (start["global_batch"], start["accumulation"]) == (4, 1)
-    assert reference_run["samples"] == 4 * 10
+    assert reference_run.summary["samples"] == 4 * 10
 
 
 def test_a_world_size_that_cannot_split_the_global_batch_is_refused() -> None:

@@ -78,17 +78,17 @@ def ray_head() -> Iterator[RayHead]:
     head.send_signal(signal.SIGTERM)  # `ray start --block` drains and ends the processes it started
     with contextlib.suppress(subprocess.TimeoutExpired):
         head.wait(timeout=5)  # 1-2 s when idle; after these runs its drain can take half a minute
-    for pid in session_pids(head.pid):  # a test cluster: nothing of it is worth the wait
+    for pid in session_processes(head.pid):  # a test cluster: nothing of it is worth the wait
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     head.wait()
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def session_pids(session: int) -> list[int]:
-    """The processes of the session ``session`` (the head's: Ray's processes and workers)."""
-    listing = subprocess.run(["ps", "-o", "pid=", "--sid", str(session)], capture_output=True, text=True)
-    return [int(line) for line in listing.stdout.split()]
+def session_processes(session: int) -> dict[int, str]:
+    """The processes of the session ``session`` (the head's: Ray's processes and workers), pid to command line."""
+    listing = subprocess.run(["ps", "-o", "pid=,args=", "--sid", str(session)], capture_output=True, text=True)
+    return {int(pid): args for pid, _, args in (line.strip().partition(" ") for line in listing.stdout.splitlines())}
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +171,7 @@ def wait_for_no_train_workers(head_session: int, timeout: float = 60) -> None:
 
 
 def train_worker_pids(head_session: int) -> list[int]:
-    listing = subprocess.run(["ps", "-o", "pid=,args=", "--sid", str(head_session)], capture_output=True, text=True)
-    return [int(line.split()[0]) for line in listing.stdout.splitlines() if "RayTrainWorker" in line]
+    return [pid for pid, args in session_processes(head_session).items() if "RayTrainWorker" in args]
 
 
 def test_same_flags_and_world_size_end_with_torchruns_parameters_and_ray_holds_each_checkpoint(

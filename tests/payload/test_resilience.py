@@ -22,7 +22,7 @@ def test_killed_rank_restarts_and_resumes_bitwise_identical(reference_run, tmp_p
     final = summary(result.stdout)
     assert final["restart"] == 1 and final["resumed_from"] == 4
     assert final["step"] == 10
-    assert final["param_sha256"] == reference_run["param_sha256"]
+    assert final["param_sha256"] == reference_run.summary["param_sha256"]
     # The restart is the same job: its next incarnation took the folder's lease over at once, from itself.
     leases = [r for r in json_lines(result.stdout) if r.get("event") == "checkpoint_lease"]
     assert len(leases) == 2 and leases[0]["how"] == "created" and leases[1]["job"] == leases[0]["job"]
@@ -46,7 +46,7 @@ def test_death_during_checkpoint_write_resumes_from_previous(reference_run, tmp_
     assert "die_mid_checkpoint" in result.stderr
     final = summary(result.stdout)
     assert final["resumed_from"] == 4  # step 6 was written but never committed
-    assert final["param_sha256"] == reference_run["param_sha256"]
+    assert final["param_sha256"] == reference_run.summary["param_sha256"]
     assert not list(tmp_path.glob(".tmp-step-*"))  # the half-written folder was cleaned up
 
 
@@ -61,7 +61,7 @@ def test_corrupt_newest_checkpoint_falls_back_and_logs(reference_run, checkpoint
     assert skipped and skipped[0]["path"].endswith("step-00000006")
     assert "checkpoint_skipped" in resumed.stderr
     assert summary(resumed.stdout)["resumed_from"] == 4
-    assert summary(resumed.stdout)["param_sha256"] == reference_run["param_sha256"]
+    assert summary(resumed.stdout)["param_sha256"] == reference_run.summary["param_sha256"]
 
 
 def test_sigterm_writes_a_checkpoint_and_the_next_start_resumes(reference_run, tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_async_checkpoints_commit_promptly_and_resume_bitwise_identical(referenc
     # The async save of step 4 was committed at the next step's agreement, long before the next
     # save (step 8) was due: the crash at step 7 loses 3 steps, not 7.
     assert final["resumed_from"] == 4
-    assert final["param_sha256"] == reference_run["param_sha256"]
+    assert final["param_sha256"] == reference_run.summary["param_sha256"]
     records = json_lines(result.stdout)
     restart = next(i for i, r in enumerate(records) if r.get("event") == "start" and r["restart"] == 1)
     first_attempt = records[:restart]
@@ -156,4 +156,4 @@ def test_neither_checkpointing_nor_activation_recompute_changes_the_training(ref
     for mode in ("none", "full"):
         result = train(["--steps=10", f"--activation-checkpointing={mode}"])  # no checkpoint dir
         assert result.returncode == 0, result.stderr[-3000:]
-        assert summary(result.stdout)["param_sha256"] == reference_run["param_sha256"], mode
+        assert summary(result.stdout)["param_sha256"] == reference_run.summary["param_sha256"], mode

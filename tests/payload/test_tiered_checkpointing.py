@@ -319,7 +319,7 @@ def test_memory_every_save_s3_every_nth_and_lost_memory_resumes_from_s3(
     assert skipped["reason"] == f"memory: ranks 0, 1: {missing}"  # every rank's outcome
     (resume,) = events(again.stdout, "resume")
     assert (resume["step"], resume["source"]) == (4, "s3")
-    assert summary(again.stdout)["param_sha256"] == reference_run["param_sha256"]
+    assert summary(again.stdout)["param_sha256"] == reference_run.summary["param_sha256"]
     # The S3 cadence counts on across the restart: saves 4, 5, 6 at steps 6, 8, 10.
     assert [(r["step"], r["tiers"]) for r in events(again.stdout, "checkpoint")] == [
         (6, ["memory", "s3"]),
@@ -369,7 +369,7 @@ def test_crash_resumes_from_the_memory_tier_bitwise_identical(
     assert (records[resumed_at]["step"], records[resumed_at]["source"]) == (newest, "memory")
     final = summary(result.stdout)
     assert (final["restart"], final["resumed_from"], final["step"]) == (1, newest, 10)
-    assert final["param_sha256"] == reference_run["param_sha256"]
+    assert final["param_sha256"] == reference_run.summary["param_sha256"]
     assert not list(tmp_path.rglob("*.distcp"))
 
 
@@ -439,7 +439,7 @@ def test_unreachable_memory_tier_falls_back_to_the_directory(
     assert '"requested": "tiered"' in result.stderr  # the fallback is a warning too
     assert list((tmp_path / "step-00000010").glob("*.distcp"))
     assert marker(tmp_path, 10)["storage"] == "directory"
-    assert summary(result.stdout)["param_sha256"] == reference_run["param_sha256"]
+    assert summary(result.stdout)["param_sha256"] == reference_run.summary["param_sha256"]
 
 
 # ---- one rank's memory tier fails: every rank agrees, nobody waits in a collective ---------------
@@ -473,7 +473,7 @@ def test_a_memory_tier_outage_on_one_rank_at_save_sends_the_run_to_the_directory
         assert dropped["step"] == 4 and not dropped["committed"]
         assert committed == [(2, "tiered"), (6, "directory"), (8, "directory"), (10, "directory")]
     assert marker(tmp_path, 10)["storage"] == "directory" and list((tmp_path / "step-00000010").glob("*.distcp"))
-    assert summary(result.stdout)["param_sha256"] == reference_run["param_sha256"]
+    assert summary(result.stdout)["param_sha256"] == reference_run.summary["param_sha256"]
 
 
 @pytest.mark.torch
@@ -494,7 +494,7 @@ def test_a_memory_tier_outage_on_one_rank_at_load_reads_s3_on_every_rank(
     assert time.monotonic() - started < 30
     (resume,) = events(again.stdout, "resume")
     assert (resume["step"], resume["source"]) == (6, "s3")
-    assert summary(again.stdout)["param_sha256"] == reference_run["param_sha256"]
+    assert summary(again.stdout)["param_sha256"] == reference_run.summary["param_sha256"]
 
 
 # ---- the image ---------------------------------------------------------------------------------
