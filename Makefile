@@ -14,18 +14,20 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test test-fast lint clean crds dashboard k8s k8s-for-tests docs rehearse rehearse-scale checkov
+.PHONY: setup synth test test-fast lint clean crds dashboard k8s k8s-for-tests bytecode docs rehearse rehearse-scale checkov
 
 setup: $(STAMP)
 
 # uv installs the pinned dependencies from its cache (~/.cache/uv, $$UV_CACHE_DIR), hard-linked: a fresh clone's
 # venv in ~20 s once the first install has downloaded torch's CUDA build (several GB; pip here re-downloads it
-# every time, the registry's responses not being cacheable).
+# every time, the registry's responses not being cacheable). --compile-bytecode writes every module's .pyc once
+# (~40 s): where PYTHONDONTWRITEBYTECODE is set (CI images, this machine) Python would otherwise compile torch,
+# Ray, aws-cdk-lib and the rest from source in every process that imports them (`import torch` 2.8 CPU-s, not 1.6).
 UV_VERSION := 0.13.8
 $(STAMP): pyproject.toml package.json package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev,train,ray,data]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev,train,ray,data]'
 	npm ci --no-fund --no-audit --loglevel=error
 	touch $@
 
@@ -44,14 +46,14 @@ dashboard: synth
 # here (no Go, a module the proxy refuses) is reported, and only the tests that need it skip, with the reason.
 # The checks and builds it needs run side by side (mypy is the longest, ~1 min on a fresh clone).
 test: $(STAMP)
-	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint crds checkov k8s-for-tests
+	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint crds checkov k8s-for-tests bytecode
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) -q --durations=25
 
 # The tiers are pytest markers set from the fixtures each test uses (tests/tiers.py); tests/test_tiers.py holds
 # this expression to exactly the tests of no tier.
 FAST_TIER := not control_plane and not torch_launch and not extra_synth
 
-test-fast: $(STAMP) lint crds
+test-fast: $(STAMP) lint crds bytecode
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) -q --durations=25 -m "$(FAST_TIER)"
 
 # Two workers (pytest-xdist), one per core here: the control-plane tests all on one of them (one control plane
@@ -60,6 +62,11 @@ PYTEST_WORKERS ?= -n 2 --dist loadfile
 
 k8s-for-tests:
 	-k8s/build.sh
+
+# Our own modules' .pyc, for the same reason as --compile-bytecode above: the suite starts hundreds of Python
+# processes (torchrun's ranks, the CLI, Ray's workers). A .pyc older than its source is ignored, never wrong.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 app.py llm_infra constructs stacks k8s_manifests workloads data_prep tests >/dev/null
 
 # The docs site (mkdocs-material, mkdocs.yml) into site/; --strict: a broken link or anchor fails it.
 docs: $(STAMP)
@@ -76,7 +83,7 @@ checkov: $(CHECKOV_STAMP)
 $(CHECKOV_STAMP): $(STAMP)
 	rm -rf $(CHECKOV_VENV)
 	$(PYTHON) -m venv --without-pip $(CHECKOV_VENV)
-	$(BIN)/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
 	touch $@
 
 # The pinned upstream CRDs the manifests are validated against (llm_infra/rehearsal/crds.py has the sources).
