@@ -10,7 +10,7 @@ import pytest
 from conftest import REPO_ROOT, app_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.values import WorkloadValues
-from llm_infra.ops.job_state import Phase, expected_pods, job_state
+from llm_infra.ops.job_state import Phase, expected_pods, job_state, kueue_admission
 from llm_infra.ops.validation_run import chart_objects
 
 
@@ -121,6 +121,24 @@ def condition(kind: str, status: str) -> dict:
 def test_job_state_reads_each_kinds_conditions(job, phase) -> None:
     """No cluster: the conditions each kind's controller writes (see llm_infra/ops/job_state.py for the sources)."""
     assert job_state(job).phase is phase
+
+
+def test_kueue_admission_names_the_condition_that_decided() -> None:
+    """No cluster: a Workload's conditions as Kueue v0.17 writes them (the real Kueue's, in test_kueue_real)."""
+    pending = condition("QuotaReserved", "False") | {
+        "message": "couldn't assign flavors to pod set main:\n  insufficient quota"
+    }
+    evicted = condition("Evicted", "True") | {"message": "Exceeded the PodsReady timeout"}
+    stale_eviction = condition("Evicted", "False") | {"message": "an old eviction"}
+    admitted = [condition("QuotaReserved", "True"), condition("Admitted", "True")]
+
+    assert kueue_admission({"status": {"conditions": admitted}}).admitted
+    held = kueue_admission({"status": {"conditions": [pending]}})
+    assert not held.admitted and held.reason == "couldn't assign flavors to pod set main: insufficient quota"
+    assert kueue_admission({"status": {"conditions": [pending, evicted]}}).reason == "Exceeded the PodsReady timeout"
+    assert kueue_admission({"status": {"conditions": [stale_eviction, pending]}}).reason.startswith("couldn't")
+    assert kueue_admission({"status": {}}).reason == "not yet decided"
+    assert "Kueue made no Workload for it" in kueue_admission(None).reason
 
 
 def test_expected_pods_of_each_chart_job() -> None:

@@ -191,6 +191,54 @@ def test_a_job_that_never_starts_names_the_likely_cause(eks_cluster, capsys) -> 
     assert cluster.jobs() == [] and cluster.job_pods() == []
 
 
+def test_a_job_kueue_holds_names_kueues_reason(eks_cluster, capsys) -> None:
+    """The real Kueue admits a job whole or not at all: with 8 GPUs of quota behind the namespace's queue, the
+    health check (8 GPUs on each of 2 nodes) gets no pod, and the stage names Kueue's own reason."""
+    from shared_plane import QUEUED_RESOURCES, TESTS_QUEUE, UNLIMITED
+
+    from llm_infra.queueing import DEFAULT_LOCAL_QUEUE, KUEUE_API_VERSION
+
+    cluster, flags = eks_cluster
+    if "kueue" not in cluster.plane.running:
+        pytest.skip("Kueue does not run on this control plane (make k8s could not build it)")
+    deployed(cluster, app_config())
+    tight = f"eight-gpus-{cluster.namespace}"
+    quotas = [
+        {"name": r, "nominalQuota": "8" if r == "nvidia.com/gpu" else UNLIMITED.get(r, "1000")}
+        for r in QUEUED_RESOURCES
+    ]
+    resources = [{"coveredResources": list(QUEUED_RESOURCES), "flavors": [{"name": TESTS_QUEUE, "resources": quotas}]}]
+    cluster.kube.apply(
+        {
+            "apiVersion": KUEUE_API_VERSION,
+            "kind": "ClusterQueue",
+            "metadata": {"name": tight},
+            "spec": {"namespaceSelector": {}, "resourceGroups": resources},
+        }
+    )
+    try:
+        # A LocalQueue's ClusterQueue cannot change: the namespace's default queue is made again on the tight one.
+        cluster.kube.delete(KUEUE_API_VERSION, "LocalQueue", DEFAULT_LOCAL_QUEUE, cluster.namespace)
+        cluster.wait_for(
+            "the default LocalQueue deleted",
+            lambda: cluster.kube.get(KUEUE_API_VERSION, "LocalQueue", DEFAULT_LOCAL_QUEUE, cluster.namespace) is None,
+        )
+        local = {"name": DEFAULT_LOCAL_QUEUE, "namespace": cluster.namespace}
+        cluster.kube.apply(
+            {"apiVersion": KUEUE_API_VERSION, "kind": "LocalQueue", "metadata": local, "spec": {"clusterQueue": tight}}
+        )
+        code, out, _ = validate(capsys, flags, "--start-timeout", "3", "--json")
+    finally:
+        cluster.kube.delete(KUEUE_API_VERSION, "LocalQueue", DEFAULT_LOCAL_QUEUE, cluster.namespace)
+        cluster.kube.delete(KUEUE_API_VERSION, "ClusterQueue", tight, None)
+    assert code == 1
+    health = json.loads(out)["stages"][0]
+    assert health["outcome"] == "not-started", health
+    assert health["detail"].startswith("did not start: Kueue has not admitted the job, so it made no pod: "), health
+    assert "insufficient quota for nvidia.com/gpu" in health["detail"] and "(8)" in health["detail"], health
+    assert cluster.jobs() == [] and cluster.job_pods() == []
+
+
 def test_missing_platform_objects_are_named(eks_cluster, capsys) -> None:
     """Without the base chart (no cdk deploy yet): the missing objects are named, nothing is created."""
     cluster, flags = eks_cluster

@@ -147,8 +147,54 @@ _SCHEDULING_CAUSES = (
 )
 
 
-def not_started_cause(pods: list[dict[str, Any]], expected: int, events: list[dict[str, Any]]) -> str:
-    """Why the job's pods did not start, from their state and their events (newest last)."""
+@dataclass(frozen=True)
+class Admission:
+    """Kueue's decision on a job, read from the Workload Kueue made for it (kueue.x-k8s.io/v1beta2 in v0.17:
+    ``status.conditions`` of types QuotaReserved, Admitted, Evicted, Deactivated; pkg/workload/workload.go)."""
+
+    admitted: bool
+    reason: str = ""  # why not, in Kueue's words; empty when admitted
+
+
+def kueue_admission(workload: dict[str, Any] | None) -> Admission:
+    """The decision in ``workload`` (None: Kueue made none for the job). Not admitted, the reason is why it was
+    deactivated or evicted, else QuotaReserved's message (which names the resource and the quota short)."""
+    if workload is None:
+        return Admission(
+            False, "Kueue made no Workload for it: is its controller running, and does the job's priority class exist?"
+        )
+    conditions = {c.get("type"): c for c in (workload.get("status") or {}).get("conditions") or []}
+    if (conditions.get("Admitted") or {}).get("status") == "True":
+        return Admission(True)
+    decided = [conditions[t] for t in ("Deactivated", "Evicted") if (conditions.get(t) or {}).get("status") == "True"]
+    why = [*decided, conditions.get("QuotaReserved")]
+    reason = next((" ".join(str(c.get("message") or "").split()) for c in why if c), "")
+    return Admission(False, reason or "not yet decided")
+
+
+def job_suspended(job: dict[str, Any]) -> bool:
+    """Held from starting pods: a Job's ``spec.suspend``, a Kubeflow job's ``spec.runPolicy.suspend`` (what Kueue
+    sets on a job until it admits it)."""
+    spec = job.get("spec") or {}
+    return bool(spec.get("suspend") or (spec.get("runPolicy") or {}).get("suspend"))
+
+
+def job_workload(workloads: list[dict[str, Any]], job: dict[str, Any]) -> dict[str, Any] | None:
+    """The Workload among ``workloads`` that Kueue made for ``job`` (it owns it), or None."""
+    for workload in workloads:
+        for owner in workload["metadata"].get("ownerReferences") or []:
+            if owner.get("kind") == job["kind"] and owner.get("name") == job["metadata"]["name"]:
+                return workload
+    return None
+
+
+def not_started_cause(
+    pods: list[dict[str, Any]], expected: int, events: list[dict[str, Any]], admission: Admission | None = None
+) -> str:
+    """Why the job's pods did not start, from their state and their events (newest last), and Kueue's
+    ``admission`` of the job where Kueue manages it (None: it does not, or it runs nowhere here)."""
+    if not pods and admission is not None and not admission.admitted:
+        return f"Kueue has not admitted the job, so it made no pod: {admission.reason}"
     if not pods:
         return (
             f"no pod was created (expected {expected}): is the job's operator running, and does the namespace's "

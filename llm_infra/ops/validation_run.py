@@ -20,9 +20,13 @@ from typing import Any
 from llm_infra.k8s_manifests.values import WorkloadValues
 from llm_infra.node_labels import NODE_ROLE_LABEL
 from llm_infra.ops.job_state import (
+    Admission,
     Phase,
     expected_pods,
     job_state,
+    job_suspended,
+    job_workload,
+    kueue_admission,
     node_admits,
     not_started_cause,
     pod_finished,
@@ -33,6 +37,7 @@ from llm_infra.ops.job_state import (
 )
 from llm_infra.ops.kube import Kube, KubeError, event_time
 from llm_infra.payload_log import json_objects
+from llm_infra.queueing import KUEUE_API_VERSION
 
 # The chart's jobs, in the order they run (k8s_manifests/validation_chart.py).
 STAGES = ("health", "allreduce", "training")
@@ -213,7 +218,8 @@ class ValidationRun:
             waited = self.clock() - started_at
             scheduled = sum(pod_scheduled(p) for p in pods)
             if stuck_containers(pods) or (scheduled < expected and waited > self.timing.start_timeout_seconds):
-                cause = not_started_cause(pods, expected, self._events(namespace, pods))
+                admission = None if pods else self._admission(current)
+                cause = not_started_cause(pods, expected, self._events(namespace, pods), admission)
                 return StageResult(stage, name, job["kind"], NOT_STARTED, f"did not start: {cause}")
             if waited > self.timing.timeout_seconds:
                 return StageResult(
@@ -237,6 +243,18 @@ class ValidationRun:
             if (e.get("involvedObject") or {}).get("name") in names
         ]
         return sorted(events, key=lambda e: event_time(e) or datetime.min.replace(tzinfo=UTC))
+
+    def _admission(self, job: dict[str, Any]) -> Admission | None:
+        """Kueue's decision on ``job`` where Kueue manages it (it made a Workload for it, or holds it suspended),
+        else None."""
+        try:
+            workloads = self.kube.list(KUEUE_API_VERSION, "Workload", namespace=job["metadata"]["namespace"])
+        except KubeError:  # no Kueue on this cluster: nothing holds jobs back
+            return None
+        workload = job_workload(workloads, job)
+        if workload is None and not job_suspended(job):
+            return None
+        return kueue_admission(workload)
 
     def _outcome(self, pod: dict[str, Any]) -> PodOutcome:
         metadata = pod["metadata"]

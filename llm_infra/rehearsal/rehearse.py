@@ -34,6 +34,7 @@ import yaml
 
 from llm_infra.config import TrainingConfig
 from llm_infra.input_files import BadInput, read_text
+from llm_infra.ops.job_state import kueue_admission
 from llm_infra.ops.kube import KubeError
 from llm_infra.queueing import KUEUE_API_VERSION, UNMANAGED_NAMESPACES
 from llm_infra.rehearsal import crds, existing_cluster
@@ -701,16 +702,8 @@ class Rehearsal:
         for a in jobs:
             namespace, name = _namespaced_name(a.obj)
             kind = str(a.obj["kind"])
-            workload = workloads.get((kind, namespace, name))
-            conditions = _conditions(workload)
-            admitted = (conditions.get("Admitted") or {}).get("status") == "True"
-            reason = ""
-            if workload is None:
-                reason = "Kueue made no Workload for it"
-            elif not admitted:
-                why = [conditions.get(t) for t in ("Deactivated", "Evicted", "QuotaReserved")]
-                reason = next((" ".join(str(c.get("message", "")).split()) for c in why if c), "not yet decided")
-            self.report.jobs.append(JobResult(namespace, name, kind, admitted, reason))
+            admission = kueue_admission(workloads.get((kind, namespace, name)))
+            self.report.jobs.append(JobResult(namespace, name, kind, admission.admitted, admission.reason))
 
     def _record(self, step: Step, pods: list[dict[str, Any]]) -> None:
         events = self._get(EVENTS)
