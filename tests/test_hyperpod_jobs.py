@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = REPO / "workloads"
 
 JOBS = ("train", "validation-2-allreduce", "validation-3-training", "llama2-7b")
-TINY = ["--preset=tiny", "--batch-size=2", "--seq-len=32"]
+NANO = ["--preset=nano", "--batch-size=2", "--seq-len=32"]
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +247,7 @@ class Rule:
 
 def start_payload(torch_launch: TorchLaunch, args: list[str]) -> subprocess.Popen[str]:
     """train.py on 2 CPU ranks under torchrun (gloo), stdout as rank 0 writes it."""
-    return torch_launch.popen("train.py", [*TINY, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return torch_launch.popen("train.py", [*NANO, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 
 
 def rules() -> dict[str, dict[str, Any]]:

@@ -37,7 +37,7 @@ def payload_run(torch_launch, tmp_path_factory) -> tuple[Path, Path, list[dict[s
     restarts it: its stdout and stderr files and every JSON record in them."""
     folder = tmp_path_factory.mktemp("run")
     args = [
-        "--preset=tiny", "--batch-size=2", "--seq-len=64", "--steps=8", f"--checkpoint-dir={folder / 'checkpoints'}",
+        "--preset=nano", "--batch-size=2", "--seq-len=64", "--steps=8", f"--checkpoint-dir={folder / 'checkpoints'}",
         "--checkpoint-every=2", "--async-checkpoint", "--fail-at-step=5",
     ]  # fmt: skip
     result = torch_launch.run("train.py", args, max_restarts=1)

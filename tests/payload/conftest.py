@@ -20,8 +20,8 @@ from llm_infra.rehearsal.ports import reserve_port
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = REPO_ROOT / "workloads"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-# Small enough for ~0.1 s per step on one core per rank.
-SMALL = ["--preset=tiny", "--batch-size=2", "--seq-len=64", "--log-every=1000"]
+# The test preset (workloads/model.py): its steps and checkpoints cost almost nothing beside the launch.
+SMALL = ["--preset=nano", "--batch-size=2", "--seq-len=64", "--log-every=1000"]
 
 
 def free_port() -> int:

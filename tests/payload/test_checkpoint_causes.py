@@ -80,12 +80,12 @@ def can_mount_tmpfs() -> bool:
 @pytest.mark.torch
 @pytest.mark.skipif(not can_mount_tmpfs(), reason="needs unshare -rm to mount a small tmpfs (user namespaces)")
 def test_a_full_disk_names_no_space_left(tmp_path: Path) -> None:
-    """A 2-rank run whose checkpoint folder is a 90 MB tmpfs: the first save (~63 MB) fits, the second does
+    """A 2-rank run whose checkpoint folder is a 3 MB tmpfs: the first save (~2.2 MB) fits, the second does
     not. Before, the error said only ``CheckpointException ranks:dict_keys([0, 1])``."""
     folder = tmp_path / "ckpt"
     folder.mkdir()
     command = torchrun_command("train.py", SMALL + ["--steps=4", f"--checkpoint-dir={folder}", "--checkpoint-every=2"])
-    script = f'mount -t tmpfs -o size=90m none "{folder}" && exec "$@"'
+    script = f'mount -t tmpfs -o size=3m none "{folder}" && exec "$@"'
     result = subprocess.run(
         ["unshare", "-rm", "sh", "-c", script, "sh", *command],
         capture_output=True,

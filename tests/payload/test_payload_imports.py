@@ -137,7 +137,7 @@ def test_a_short_run_as_a_script_outside_the_repository(container_copy: tuple[Pa
     module it needs loads by plain name, and none of them reaches for llm_infra."""
     copy, env = container_copy
     checkpoints = copy.parent / "ckpt"
-    flags = ["--preset=tiny", "--batch-size=2", "--seq-len=32", "--steps=2", "--checkpoint-every=1"]
+    flags = ["--preset=nano", "--batch-size=2", "--seq-len=32", "--steps=2", "--checkpoint-every=1"]
     child = subprocess.run(
         [sys.executable, str(copy / "train.py"), *flags, f"--checkpoint-dir={checkpoints}", "--keep-checkpoints=1"],
         capture_output=True,

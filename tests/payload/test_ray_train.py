@@ -33,7 +33,7 @@ from ray.train import Checkpoint, Result  # noqa: E402  (Train V2's, Ray 2.60's 
 from llm_infra.workloads import ray_train  # noqa: E402
 
 # The same flags for torchrun and Ray Train: 8 tiny steps, a checkpoint every 2.
-FLAGS = ["--preset=tiny", "--batch-size=2", "--seq-len=32", "--steps=8", "--checkpoint-every=2", "--log-every=1000"]
+FLAGS = ["--preset=nano", "--batch-size=2", "--seq-len=32", "--steps=8", "--checkpoint-every=2", "--log-every=1000"]
 RAY_BIN = Path(sys.executable).with_name("ray")
 # A loopback test cluster: no usage stats, no token (Ray would take one from ~/.ray if present).
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
