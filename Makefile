@@ -90,12 +90,16 @@ $(CHECKOV_STAMP): $(STAMP)
 crds: $(STAMP)
 	@$(BIN)/python -m llm_infra.rehearsal.crds check 2>/dev/null || $(BIN)/python -m llm_infra.rehearsal.crds fetch
 
+# mypy's incremental cache lives outside the clone, as uv's and Go's do: on a fresh clone it re-checks only what
+# differs (where a file's path or mtime differs from its cache entry, mypy compares the file's hash).
+MYPY_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llm-infra/mypy
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy llm_infra constructs stacks k8s_manifests
-	cd workloads && ../$(BIN)/mypy --ignore-missing-imports .
-	cd data_prep && ../$(BIN)/mypy .
+	$(BIN)/mypy --cache-dir $(MYPY_CACHE)/llm_infra llm_infra constructs stacks k8s_manifests
+	cd workloads && ../$(BIN)/mypy --cache-dir $(MYPY_CACHE)/workloads --ignore-missing-imports .
+	cd data_prep && ../$(BIN)/mypy --cache-dir $(MYPY_CACHE)/data_prep .
 
 clean:
 	rm -rf cdk.out $(VENV) node_modules
