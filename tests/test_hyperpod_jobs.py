@@ -255,7 +255,9 @@ def rules() -> dict[str, dict[str, Any]]:
 
 
 def test_the_rules_match_what_the_payload_prints(torch_launch, tmp_path: Path) -> None:
-    process = start_payload(torch_launch, ["--steps=6", "--throughput-interval-s=0.5", f"--checkpoint-dir={tmp_path}"])
+    # tiny's steps (~0.1 s), so that heartbeats come between them (nano's 6 steps end within one interval)
+    args = ["--preset=tiny", "--steps=6", "--throughput-interval-s=0.5", f"--checkpoint-dir={tmp_path}"]
+    process = start_payload(torch_launch, args)
     stdout, _ = process.communicate(timeout=180)
     assert process.returncode == 0, stdout[-2000:]
     lines = stdout.splitlines(keepends=True)  # the agent reads lines with their newline

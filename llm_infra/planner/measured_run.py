@@ -55,6 +55,7 @@ class Measurement:
 # tests/test_plan_from_run.py holds the two equal): what a run's start line ``preset`` trained.
 PRESET_PARAMETERS: dict[str, int] = {
     "tiny": 5_245_184,
+    "nano": 164_160,
     "1b": 1_235_814_400,
     "8b": 8_030_261_248,
     "llama3-8b": 8_030_261_248,
