@@ -68,10 +68,11 @@ def item_tiers(item: pytest.Item) -> set[str]:
 def mark(items: Sequence[pytest.Item]) -> None:
     """Add each test's tier markers (pytest_collection_modifyitems); under pytest-xdist, also say each test's
     worker group (:func:`write_groups`)."""
+    tiers = {item.nodeid: sorted(item_tiers(item)) for item in items}
     for item in items:
-        for tier in sorted(item_tiers(item)):
+        for tier in tiers[item.nodeid]:
             item.add_marker(tier)
-    write_groups({item.nodeid: sorted(item_tiers(item)) for item in items})
+    write_groups(tiers)
 
 
 # ---- two workers (pytest-xdist) ------------------------------------------------------------------------
