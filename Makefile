@@ -116,9 +116,10 @@ k8s:
 rehearse: synth crds k8s
 	$(BIN)/llm-infra rehearse
 
-# The same at the scale users run (issue 31): the app synthesized for 256 GPU nodes, every node rehearsed, a user's
-# 256-node PyTorchJob admitted and Running and a 257-node Job admitted as nothing with Kueue's reason; prints
-# where the time goes (bench/rehearse_scale.py; GPU_NODES=N for another size).
+# The same at the scale users run (issue 31): the app synthesized for 256 GPU nodes and deployed on every node, a
+# user's 256-node PyTorchJob admitted and Running and a 257-node Job admitted as nothing with Kueue's reason (79 s
+# here; the app's own jobs left out: bench/rehearse_scale.py --with-app-jobs, 213 s); prints where the time goes
+# (GPU_NODES=N for another size).
 GPU_NODES ?= 256
 rehearse-scale: $(STAMP) crds k8s
 	$(BIN)/python bench/rehearse_scale.py --gpu-nodes $(GPU_NODES)

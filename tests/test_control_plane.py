@@ -22,7 +22,7 @@ from shared_plane import drop_namespace, new_namespace, render_dist
 
 from conftest import RAY_TEST_IMAGE
 from llm_infra.config import TrainingConfig
-from llm_infra.ops.kube import Kube
+from llm_infra.ops.kube import Kube, KubeError
 from llm_infra.rehearsal import control_plane, crds
 from llm_infra.rehearsal.control_plane import ControlPlane, ControlPlaneError, kubectl_binary
 
@@ -87,6 +87,31 @@ def test_server_side_dry_run_of_a_namespace(cluster, tmp_path: Path) -> None:
     result = cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-f", str(manifest))
     assert "namespace/dry-run-check created (server dry run)" in result.stdout
     assert cluster.kubectl("get", "namespace", "dry-run-check", check=False).returncode != 0  # nothing stored
+
+
+def test_a_rehearsal_reads_only_the_warning_events_it_asks_for(cluster) -> None:
+    # rehearse reads events with type=Warning (at 256 nodes the Normal ones are tens of thousands): the API
+    # server filters them, and a selector it does not support is an error, not every event.
+    with cluster.kube() as kube:
+        namespace = new_namespace(cluster, kube, "events", queue=False)
+        try:
+            for kind in ("Warning", "Normal"):
+                kube.create(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Event",
+                        "metadata": {"name": kind.lower(), "namespace": namespace},
+                        "involvedObject": {"kind": "ConfigMap", "namespace": namespace, "name": "any"},
+                        "type": kind,
+                        "reason": "Test",
+                    }
+                )
+            found = kube.items("v1", "Event", namespace, field_selector="type=Warning")
+            assert [(e["metadata"]["name"], e["kind"]) for e in found] == [("warning", "Event")]
+            with pytest.raises(KubeError, match="list Event"):
+                kube.items("v1", "Event", namespace, field_selector="color=red")
+        finally:
+            drop_namespace(cluster, kube, namespace)
 
 
 def test_every_rendered_object_passes_a_server_side_dry_run(cluster, own_control_plane, tmp_path: Path) -> None:

@@ -8,23 +8,23 @@ GPUs) and a KWOK node tainted for it alone.
 Skips with the reason when Kueue is not built (``make k8s``), its files not fetched (``make crds``), or no
 mount namespace can be made here.
 
-The last test runs ``llm-infra rehearse`` (it starts a control plane of its own, with Kueue: the app's
-manifests with the stack's queues, or a queue file of the test's where those are not rendered): every job of
-the default app is admitted and runs, and a user's job asking more GPUs than the queue holds is reported not
-admitted with Kueue's reason, and the run exits 1.
+The last test runs ``llm-infra rehearse`` at SCALE_NODES GPU nodes (it starts a control plane of its own, with
+Kueue and the app's own queues): every job of the app is admitted and runs, a user's PyTorchJob of every GPU
+node runs whole, a Job of one node more is reported not admitted with Kueue's reason (no pod), and the run
+exits 1. The 256-node run is ``make rehearse-scale`` (bench/rehearse_scale.py), a benchmark.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from shared_plane import QUEUED_RESOURCES, drop_namespace, new_namespace, slug, wait_for
+from shared_plane import drop_namespace, new_namespace, slug, wait_for
 
 from conftest import REPO_ROOT, Synthesized, run_cli
 from llm_infra.config import TrainingConfig
@@ -245,70 +245,78 @@ def test_the_mutating_webhook_suspends_a_job_created_unsuspended(queued: Queued)
     assert stored["spec"]["suspend"] is True, "Kueue's mutating webhook (called by the API server) suspended it"
 
 
-def queue_file(namespace: str, gpus: int) -> list[dict[str, Any]]:
-    """A ResourceFlavor, a ClusterQueue holding ``gpus`` GPUs (and room enough of the rest) and the LocalQueue
-    ``default`` in ``namespace``: what the stack will render for the app."""
-    quotas = [{"name": r, "nominalQuota": str(gpus) if r == GPU else "100000"} for r in QUEUED_RESOURCES]
-    return [
-        {"apiVersion": API, "kind": "ResourceFlavor", "metadata": {"name": "gpu"}, "spec": {}},
-        {
-            "apiVersion": API,
-            "kind": "ClusterQueue",
-            "metadata": {"name": "training"},
-            "spec": {
-                "namespaceSelector": {},
-                "resourceGroups": [
-                    {"coveredResources": list(QUEUED_RESOURCES), "flavors": [{"name": "gpu", "resources": quotas}]}
-                ],
-            },
-        },
-        {
-            "apiVersion": API,
-            "kind": "LocalQueue",
-            "metadata": {"name": "default", "namespace": namespace},
-            "spec": {"clusterQueue": "training"},
-        },
-    ]
+SCALE_NODES = 16  # the largest size the suite's budget allows here; bench/rehearse_scale.py runs 256
+EFA = "vpc.amazonaws.com/efa"
+WHOLE_NODE = {"limits": {GPU: 8, EFA: 32}}  # a p5.48xlarge: 8 GPUs, 32 EFA devices
 
 
-def test_rehearse_reports_each_jobs_admission_and_fails_on_one_kueue_holds(
-    kueue_plane: ControlPlane, default_app: Synthesized, capsys: pytest.CaptureFixture[str], tmp_path: Path
+def whole_node_pods(restart: str) -> dict[str, Any]:
+    return {
+        "spec": {
+            "restartPolicy": restart,
+            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "pytorch", "image": "example.invalid/train:1", "resources": WHOLE_NODE}],
+        }
+    }
+
+
+def test_at_scale_the_app_and_a_whole_cluster_job_run_and_one_node_more_is_admitted_as_nothing(
+    kueue_plane: ControlPlane,  # Kueue runs here, else skip (rehearse starts a control plane of its own)
+    synth: Callable[..., Synthesized],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
 ) -> None:
-    config = TrainingConfig()
+    # Issue 31, item 4, at the size the suite affords: the app for SCALE_NODES GPU nodes with its own queues, every
+    # node rehearsed, each job of dist/ (SCALE_NODES pods) admitted and run, a user's PyTorchJob of SCALE_NODES
+    # whole nodes (no queue label: the namespace's default) admitted with every pod Running, and a Job of one
+    # node more admitted as nothing, with Kueue's reason naming the app's quota: exit 1 for that alone.
+    n = SCALE_NODES
+    config = TrainingConfig(gpu_nodes=n)
+    app = synth(config)
     dist = tmp_path / "dist"
     write_dist(config, dist)
-    if "kind: ClusterQueue" not in "".join(f.read_text() for f in dist.glob("*.yaml")):  # the stack's, else ours
-        (dist / "zz-kueue-queues.k8s.yaml").write_text(yaml.safe_dump_all(queue_file(APP_NAMESPACE, 16)))
-    too_big = {  # 3 pods of 8 GPUs: more than the queue's 16
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "wants-24-gpus", "namespace": APP_NAMESPACE},
+    replica = {"restartPolicy": "OnFailure", "template": whole_node_pods("OnFailure")}
+    fits = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "whole-cluster", "namespace": APP_NAMESPACE},
         "spec": {
-            "parallelism": 3,
-            "completions": 3,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-                    "containers": [
-                        {"name": "main", "image": "example.invalid/train:1", "resources": {"limits": {GPU: 8}}}
-                    ],
-                }
-            },
+            "pytorchReplicaSpecs": {"Master": {**replica, "replicas": 1}, "Worker": {**replica, "replicas": n - 1}}
         },
     }
-    (tmp_path / "big.yaml").write_text(yaml.safe_dump(too_big))
-    flags = ["--app-dir", str(REPO_ROOT), "--cdk-out", str(default_app.outdir), "--manifests", str(dist)]
+    one_more = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "one-node-more", "namespace": APP_NAMESPACE},
+        "spec": {"parallelism": n + 1, "completions": n + 1, "template": whole_node_pods("Never")},
+    }
+    (tmp_path / "fits.yaml").write_text(yaml.safe_dump(fits))
+    (tmp_path / "one-more.yaml").write_text(yaml.safe_dump(one_more))
+    flags = ["--app-dir", str(REPO_ROOT), "--cdk-out", str(app.outdir), "--manifests", str(dist)]
+    flags += ["-c", f"gpu_nodes={n}", "--nodes-per-group", "0", "--output", "json"]
+    flags += ["--apply", str(tmp_path / "fits.yaml"), "--apply", str(tmp_path / "one-more.yaml")]
     began = time.monotonic()
-    code, out, err = run_cli(capsys, "rehearse", *flags, "--apply", str(tmp_path / "big.yaml"), "--output", "json")
-    print(f"rehearse with Kueue: {time.monotonic() - began:.1f} s")
+    code, out, err = run_cli(capsys, "rehearse", *flags)
+    print(f"rehearse at {n} GPU nodes with Kueue: {time.monotonic() - began:.1f} s")
     assert code == 1, err
     report = json.loads(out)
     assert "kueue" in report["control_plane"]["components"]
+    assert not report["refused"] and not report["unhandled"], (report["refused"], report["unhandled"])
+    assert sum(1 for node in report["nodes"] if node["instance_type"] == "p5.48xlarge") == n
     jobs = {job["name"]: job for job in report["jobs"]}
     assert all(set(job) == {"namespace", "name", "kind", "admitted", "reason"} for job in jobs.values())
-    big = jobs.pop("wants-24-gpus")
-    assert big["admitted"] is False and "insufficient quota for nvidia.com/gpu" in big["reason"], big
-    assert not [p for p in report["pods"] if p["name"].startswith("wants-24-gpus")], "no pod while not admitted"
+    refused = jobs.pop("one-node-more")
+    assert refused["admitted"] is False, refused
+    # The app's own ClusterQueue holds it back: its GPU flavour's quota is the GPU nodes' (8 each), EFA's 32 each.
+    over_gpus = f"current podset request ({8 * (n + 1)}) > maximum capacity ({8 * n})"
+    over_efa = f"current podset request ({32 * (n + 1)}) > maximum capacity ({32 * n})"
+    assert "in flavor gpu-p5-48xlarge" in refused["reason"], refused
+    assert over_gpus in refused["reason"] or over_efa in refused["reason"], refused
+    assert not [p for p in report["pods"] if p["name"].startswith("one-node-more")], "no pod while not admitted"
+    assert jobs["whole-cluster"]["admitted"] is True
     assert jobs and all(job["admitted"] for job in jobs.values()), jobs  # the app's jobs, labelled or not
-    assert report["pods"] and all(p["phase"] in ("Running", "Succeeded") for p in report["pods"]), report["pods"]
+    whole = [p for p in report["pods"] if p["name"].startswith("whole-cluster-")]
+    assert len(whole) == n and all(p["phase"] == "Running" for p in whole), whole
+    assert len({p["node"] for p in whole}) == n  # one pod per GPU node
+    others = [p for p in report["pods"] if p not in whole]
+    assert others and all(p["phase"] in ("Running", "Succeeded") for p in others), others

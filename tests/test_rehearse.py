@@ -133,7 +133,7 @@ def test_bad_input_is_one_line_and_exit_2(default_app, capsys, tmp_path: Path) -
 
 def test_without_the_binaries_it_says_make_k8s(default_app, capsys, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(control_plane.BIN_DIR_VARIABLE, str(tmp_path))
-    code, out, err = run_cli(capsys, "rehearse", *app_flags(default_app, TrainingConfig()))
+    code, out, err = run_cli(capsys, "rehearse", *app_flags(default_app, TrainingConfig()), "--skip-app-jobs")
     assert (code, out) == (1, "")
     assert err.startswith("llm-infra: error: the control plane is not built (etcd, kube-apiserver,")
     assert "run `make k8s`" in err and err.count("\n") == 1
@@ -160,3 +160,21 @@ def test_nodes_per_group_caps_each_group_and_says_so(default_app) -> None:
         "pods": "110",
     }
     assert "nvidia.com/gpu" not in gpu["status"]["allocatable"]  # the device plugin advertises it
+
+
+def test_skip_app_jobs_deploys_the_manifests_objects_and_runs_only_the_users_files(default_app, tmp_path: Path) -> None:
+    dist = default_app.outdir / "dist"
+    if not dist.is_dir():
+        write_dist(TrainingConfig(), dist)
+    (tmp_path / "big.yaml").write_text(NINE_GPUS)
+    full = plan(TrainingConfig(), default_app.outdir, dist, [tmp_path / "big.yaml"])
+    skipped = plan(TrainingConfig(), default_app.outdir, dist, [tmp_path / "big.yaml"], app_jobs=False)
+
+    deploy, *jobs, users = full.steps
+    assert len(jobs) >= 5 and all(step.remove_after for step in jobs)
+    assert [s.name for s in skipped.steps] == [deploy.name, users.name]  # the app's jobs are not run ...
+    assert [a.ref for a in skipped.steps[0].objects] == [a.ref for a in deploy.objects]  # ... the rest deployed
+    assert any(a.origin.startswith("dist/") for a in deploy.objects)  # dist/ has objects other than jobs
+    (note,) = skipped.notes
+    assert note.startswith(f"dist/: its objects deployed, its {len(jobs)} jobs not run, as asked: ")
+    assert all(a.ref in note for step in jobs for a in step.objects)

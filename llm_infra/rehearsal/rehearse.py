@@ -254,9 +254,11 @@ def plan(
     nodes_per_group: int | None = None,
     crds_dir: Path | None = None,
     existing_nodes: Path | None = None,
+    app_jobs: bool = True,
 ) -> Plan:
     """Read everything a rehearsal needs; bad input raises BadInput before anything starts. On an existing
-    cluster, ``existing_nodes`` adds its own nodes (:mod:`llm_infra.rehearsal.existing_cluster`)."""
+    cluster, ``existing_nodes`` adds its own nodes (:mod:`llm_infra.rehearsal.existing_cluster`). Without
+    ``app_jobs`` the manifests' jobs are not run (their other objects are deployed), only ``apply_files``."""
     if existing_nodes is not None and not config.existing_cluster:
         raise BadInput(
             f"{existing_cluster.FLAG}: only for an app on an existing cluster (existing_cluster_name); "
@@ -316,11 +318,18 @@ def plan(
             else:
                 deploy.append(applied)
     deploy.sort(key=lambda a: a.obj["kind"] != "Namespace")  # stable: namespaces first
+    if not app_jobs and jobs:
+        notes.append(f"{manifests.name}/: its objects deployed, its {len(jobs)} jobs not run, as asked: {_names(jobs)}")
+        jobs = []
     steps = [Step(DEPLOY_STEP, tuple(deploy)), *jobs]
     steps += [Step(f"--apply {path}", tuple(Applied(obj, str(path)) for obj in objects)) for path, objects in user]
     unmodelled = [r for r in installed if r.unmodelled is not None]
     definitions = [doc for doc in pinned if doc] + [crds.hyperpod_job_crd()]
     return Plan(nodes, definitions, steps, unmodelled, notes, [r.source for r in modelled])
+
+
+def _names(steps: list[Step]) -> str:
+    return ", ".join(a.ref for step in steps for a in step.objects)
 
 
 # ---- results --------------------------------------------------------------------------------
@@ -458,9 +467,9 @@ class Rehearsal:
         return {"kubernetes": self.kube.server_version()}
 
     # --- the API ----------------------------------------------------------------------------------
-    def _get(self, *kinds: tuple[str, str]) -> list[dict[str, Any]]:
-        """Every object of ``kinds`` (apiVersion, kind) in every namespace."""
-        return [item for api_version, kind in kinds for item in self.kube.items(api_version, kind)]
+    def _get(self, *kinds: tuple[str, str], namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every object of ``kinds`` (apiVersion, kind) in ``namespace``, or in every namespace."""
+        return [item for api_version, kind in kinds for item in self.kube.items(api_version, kind, namespace)]
 
     def _apply(self, objects: Sequence[Applied], *, dry_run: bool = False) -> dict[Applied, str]:
         """Server-side apply of each object with strict field validation, in order; the refusals by object,
@@ -529,7 +538,8 @@ class Rehearsal:
         self.say(f"{len(nodes)} KWOK nodes Ready")
 
     def _run_step(self, step: Step) -> None:
-        before = {p["metadata"]["uid"] for p in self._get(PODS)}
+        scope = _scope(step)
+        before = {p["metadata"]["uid"] for p in self._get(PODS, namespace=scope)}
         refused = self._apply(step.objects)
         applied = [a for a in step.objects if a not in refused]
         for obj, message in refused.items():
@@ -539,29 +549,33 @@ class Rehearsal:
         operated = sorted(
             {(str(a.obj["apiVersion"]), str(a.obj["kind"])) for a in applied if self._operated(*a.group_kind)}
         )
-        pods = self._settle(step, before, operated)
+        pods = self._settle(step, before, operated, scope)
         if self._kueue_decided(self._queued(applied)):  # the admitted jobs' pods come now
-            pods = self._settle(step, before, operated)
+            pods = self._settle(step, before, operated, scope)
         waiting = any(p["status"].get("phase") not in DONE_PHASES for p in pods)
         if step.name == DEPLOY_STEP and self._advertise_devices(pods) and waiting:
-            pods = self._settle(step, before, operated)
+            pods = self._settle(step, before, operated, scope)
         self._record(step, pods)
         self._record_jobs(self._queued(applied))
         if step.remove_after and applied:
-            self._remove(applied, pods)
+            self._remove(applied, pods, scope)
 
-    def _remove(self, applied: list[Applied], pods: list[dict[str, Any]]) -> None:
-        """Delete the objects, then their pods (the garbage collector may not watch a new custom kind
-        yet), and wait until the pods are gone (KWOK finalizes them) and Kueue has released the quota the
-        jobs held (their Workloads are gone), so that the next job meets an empty queue."""
+    def _remove(self, applied: list[Applied], pods: list[dict[str, Any]], scope: str | None) -> None:
+        """Delete the objects, then their pods and Kueue's Workloads (the garbage collector may not watch
+        a new custom kind yet: it rediscovers kinds every 30 s), and wait until the pods are gone (KWOK
+        finalizes them) and Kueue has released the quota the jobs held (their Workloads are gone), so that
+        the next job meets an empty queue."""
         queued = self._queued(applied)
+        workloads = list(self._workloads(queued).values())
         for a in applied:
             meta = a.obj["metadata"]
             self.kube.delete(str(a.obj["apiVersion"]), str(a.obj["kind"]), meta["name"], meta.get("namespace"))
         self.removed |= {(str(a.obj["kind"]), *_namespaced_name(a.obj)) for a in applied}
         for pod in pods:
             self.kube.delete(*PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
-        self._wait_gone({p["metadata"]["uid"] for p in pods})
+        for workload in workloads:
+            self.kube.delete(*WORKLOAD, workload["metadata"]["name"], workload["metadata"]["namespace"])
+        self._wait_gone({p["metadata"]["uid"] for p in pods}, scope)
         deadline = time.monotonic() + self.timeout
         while queued and self._workloads(queued) and time.monotonic() < deadline:
             time.sleep(POLL)
@@ -611,17 +625,21 @@ class Rehearsal:
         """Whether an operator started here runs ``kind``'s controller."""
         return OPERATOR_KINDS.get((group, kind)) in self.started
 
-    def _settle(self, step: Step, before: set[str], operated: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+    def _settle(
+        self, step: Step, before: set[str], operated: Sequence[tuple[str, str]], scope: str | None
+    ) -> list[dict[str, Any]]:
         """The step's pods once every one is placed or refused by the scheduler, every controller has
         created its pods (an operator: reconciled its objects of the ``operated`` resources once), every
         pre-bound claim is bound, and nothing changed for SETTLED_FOR seconds
         (PENDING_SETTLED_FOR while a pod is Pending: the scheduler retries after a backoff); bounded by
-        the timeout."""
+        the timeout. Read in the step's ``scope`` (its namespace, or every namespace)."""
         deadline = time.monotonic() + self.timeout
         last: tuple[Any, ...] = ()
         since = time.monotonic()
         while True:
-            items = self._get(PODS, *WORKLOADS, *operated)
+            reading = time.monotonic()
+            items = self._get(PODS, *WORKLOADS, *operated, namespace=scope)
+            took = time.monotonic() - reading
             pods = [p for p in items if p["kind"] == "Pod" and p["metadata"]["uid"] not in before]
             state = tuple(sorted((p["metadata"]["uid"], p["status"].get("phase"), _node(p)) for p in pods))
             now = time.monotonic()
@@ -637,7 +655,7 @@ class Rehearsal:
             if now > deadline:
                 self.report.notes.append(f"{step.name}: still changing after --timeout {self.timeout:.0f} s")
                 return pods
-            time.sleep(POLL)
+            time.sleep(_pause(took))
 
     def _advertise_devices(self, pods: list[dict[str, Any]]) -> bool:
         """Add nvidia.com/gpu and vpc.amazonaws.com/efa to each node where the plugin's pod runs, as the
@@ -657,10 +675,13 @@ class Rehearsal:
             self.say(f"device plugins advertise on {len(devices)} nodes")
         return bool(devices)
 
-    def _wait_gone(self, uids: set[str]) -> None:
+    def _wait_gone(self, uids: set[str], scope: str | None) -> None:
         deadline = time.monotonic() + self.timeout
-        while uids & {p["metadata"]["uid"] for p in self._get(PODS)} and time.monotonic() < deadline:
-            time.sleep(POLL)
+        while time.monotonic() < deadline:
+            reading = time.monotonic()
+            if not uids & {p["metadata"]["uid"] for p in self._get(PODS, namespace=scope)}:
+                return
+            time.sleep(_pause(time.monotonic() - reading))
 
     def _queued(self, applied: list[Applied]) -> list[Applied]:
         """The jobs among ``applied`` that Kueue manages here (none when it does not run)."""
@@ -706,7 +727,8 @@ class Rehearsal:
             self.report.jobs.append(JobResult(namespace, name, kind, admission.admitted, admission.reason))
 
     def _record(self, step: Step, pods: list[dict[str, Any]]) -> None:
-        events = self._get(EVENTS)
+        # Only warnings are read (FailedScheduling is one): at 256 nodes the Normal events are tens of thousands.
+        events = self.kube.items(*EVENTS, field_selector="type=Warning")
         scheduling: dict[str, str] = {}
         for event in sorted(events, key=_event_time):
             involved = event.get("involvedObject") or {}
@@ -762,6 +784,21 @@ class Rehearsal:
             "taints": [f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in spec.get("taints") or []],
             "allocatable": node["status"].get("allocatable", {}),
         }
+
+
+def _pause(took: float) -> float:
+    """Seconds between two readings of the cluster: POLL, or twice what the last reading took when that is
+    longer (at 256 nodes a listing of every pod keeps the API server busy for a good part of a second), so
+    that waiting on the controllers takes at most a third of the API server they share."""
+    return max(POLL, 2 * took)
+
+
+def _scope(step: Step) -> str | None:
+    """Where a step's pods can be: the namespace of all its namespaced objects when they share one (a
+    controller's pods live in its owner's namespace), else None (every namespace). At 256 nodes a listing of
+    every pod is 3,000 deploy-time pods that a job's step would read, and the API server serve, twice a second."""
+    namespaces = {_namespaced_name(a.obj)[0] for a in step.objects}
+    return next(iter(namespaces)) if len(namespaces) == 1 and "" not in namespaces else None
 
 
 def _namespaced_name(obj: dict[str, Any]) -> tuple[str, str]:

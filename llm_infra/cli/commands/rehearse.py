@@ -66,6 +66,12 @@ def register(commands: Any) -> None:
         "template asks)",
     )
     parser.add_argument(
+        "--skip-app-jobs",
+        action="store_true",
+        help="deploy the app (the templates and the manifests' other objects) without running each job of the "
+        "manifests, then your --apply files: at 256 nodes each job is a step of 15-35 s (default: run them)",
+    )
+    parser.add_argument(
         "--timeout",
         type=number(above=0),
         default=60.0,
@@ -110,7 +116,13 @@ def _rehearse(args: argparse.Namespace, started: list[Any]) -> int:
     cdk_out = Path(args.cdk_out) if args.cdk_out else app_dir / "cdk.out"
     manifests = Path(args.manifests) if args.manifests else app_dir / "k8s_manifests" / "dist"
     rehearsal = plan(
-        config, cdk_out, manifests, args.apply, nodes_per_group=args.nodes_per_group, existing_nodes=args.existing_nodes
+        config,
+        cdk_out,
+        manifests,
+        args.apply,
+        nodes_per_group=args.nodes_per_group,
+        existing_nodes=args.existing_nodes,
+        app_jobs=not args.skip_app_jobs,
     )
 
     bin_dir = control_plane.default_bin_dir()
