@@ -1,14 +1,17 @@
 """Rehearse at the scale users run (issue 31, item 4): the default app synthesized for N GPU nodes, every node
 rehearsed, a user's N-node PyTorchJob (8 GPUs and 32 EFA devices per pod) and an (N+1)-node Job on top.
 
-    python bench/rehearse_scale.py [--gpu-nodes 256] [--out DIR] [--reuse] [--with-app-jobs]   # make rehearse-scale
+    python bench/rehearse_scale.py [--gpu-nodes 256] [--compute eks|hyperpod] [--out DIR] [--reuse] [--with-app-jobs]
 
 Goal (a benchmark, not a timed test): at 256 nodes, the app deployed on every node, the N-node job admitted by
 Kueue with every pod Running, the (N+1)-node job admitted as nothing (no pod) with Kueue's reason, the rehearsal
 exiting 1 for that reason alone, in <= 120 s once built. The app's own jobs (k8s_manifests/dist, each a 256-node
 step of its own) are left out of the goal (rehearse --skip-app-jobs) unless --with-app-jobs. Prints the synth
 time, the rehearsal's phases as it reported them (stderr, with the seconds since it started), the two jobs'
-verdicts and the pod counts; writes the JSON report to ``DIR/report.json``.
+verdicts, the pod counts and each component's peak memory; writes the JSON report to ``DIR/report.json``.
+
+``--compute hyperpod``: the HyperPod mode at the same size. Its queues are task governance's (AWS's Kueue, not
+run here), so the (N+1)-node Job is expected to be created and its pods left Pending with the scheduler's reason.
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from pathlib import Path
 
 import yaml
 
+from llm_infra.config import TrainingConfig
+
 REPO = Path(__file__).resolve().parent.parent
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
-NAMESPACE = "training"  # the app's jobs' namespace: its LocalQueue default is there
 
 
 def pod_spec() -> dict[str, object]:
@@ -37,7 +41,7 @@ def pod_spec() -> dict[str, object]:
     }
 
 
-def pytorch_job(name: str, nodes: int) -> dict[str, object]:
+def pytorch_job(name: str, namespace: str, nodes: int) -> dict[str, object]:
     """A user's PyTorchJob of ``nodes`` pods (one master, the rest workers), no queue label (Kueue's default)."""
     replica = {"restartPolicy": "OnFailure", "template": {"spec": {**pod_spec(), "restartPolicy": "OnFailure"}}}
     specs = {"Master": {**replica, "replicas": 1}}
@@ -46,29 +50,29 @@ def pytorch_job(name: str, nodes: int) -> dict[str, object]:
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"pytorchReplicaSpecs": specs},
     }
 
 
-def batch_job(name: str, nodes: int) -> dict[str, object]:
+def batch_job(name: str, namespace: str, nodes: int) -> dict[str, object]:
     """A Job of ``nodes`` pods of a whole GPU node each."""
     template = {"spec": {**pod_spec(), "restartPolicy": "Never"}}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"parallelism": nodes, "completions": nodes, "template": template},
     }
 
 
-def synth(nodes: int, out: Path) -> float:
+def synth(context: list[str], out: Path) -> float:
     """``npx cdk synth -c gpu_nodes=N`` into ``out``; its seconds."""
     began = time.monotonic()
     subprocess.run(
         [
             "npx", "cdk", "synth", "--no-notices", "--no-version-reporting", "--quiet",
-            "-c", f"gpu_nodes={nodes}", "-c", f"manifests_dir={out / 'dist'}", "-o", str(out / "cdk.out"),
+            *context, "-c", f"manifests_dir={out / 'dist'}", "-o", str(out / "cdk.out"),
         ],
         cwd=REPO,
         check=True,
@@ -80,6 +84,7 @@ def synth(nodes: int, out: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpu-nodes", type=int, default=256)
+    parser.add_argument("--compute", choices=("eks", "hyperpod"), default="eks")
     parser.add_argument("--out", type=Path, help="where the synthesized app and the report go")
     parser.add_argument("--reuse", action="store_true", help="use DIR's synthesized app when it is there")
     parser.add_argument("--timeout", type=float, default=600.0, help="rehearse's --timeout for each step")
@@ -88,17 +93,20 @@ def main() -> int:
     )
     args = parser.parse_args()
     nodes = args.gpu_nodes
-    out = args.out or REPO / ".cache" / "rehearse-scale" / str(nodes)
+    out = args.out or REPO / ".cache" / "rehearse-scale" / f"{args.compute}-{nodes}"
+    context = ["-c", f"gpu_nodes={nodes}", "-c", f"compute={args.compute}"]
+    # The app's jobs' namespace (the LocalQueue default is there on EKS; the team's namespace on HyperPod).
+    namespace = TrainingConfig(compute=args.compute, gpu_nodes=nodes).jobs_namespace
     out.mkdir(parents=True, exist_ok=True)
     if args.reuse and (out / "cdk.out" / "manifest.json").is_file():
         print(f"synth: reusing {out}")
     else:
-        print(f"synth: {synth(nodes, out):.0f} s (-c gpu_nodes={nodes})", flush=True)
+        print(f"synth: {synth(context, out):.0f} s ({' '.join(context)})", flush=True)
     fits, too_big = f"user-{nodes}-nodes", f"user-{nodes + 1}-nodes"
-    (out / "fits.yaml").write_text(yaml.safe_dump(pytorch_job(fits, nodes)))
-    (out / "too-big.yaml").write_text(yaml.safe_dump(batch_job(too_big, nodes + 1)))
+    (out / "fits.yaml").write_text(yaml.safe_dump(pytorch_job(fits, namespace, nodes)))
+    (out / "too-big.yaml").write_text(yaml.safe_dump(batch_job(too_big, namespace, nodes + 1)))
     command = [
-        sys.executable, "-m", "llm_infra.cli", "rehearse", "-c", f"gpu_nodes={nodes}",
+        sys.executable, "-m", "llm_infra.cli", "rehearse", *context,
         "--cdk-out", str(out / "cdk.out"), "--manifests", str(out / "dist"), "--nodes-per-group", "0",
         "--apply", str(out / "fits.yaml"), "--apply", str(out / "too-big.yaml"),
         "--timeout", str(args.timeout), "--output", "json", *([] if args.with_app_jobs else ["--skip-app-jobs"]),
@@ -122,14 +130,17 @@ def main() -> int:
     print(f"{fits}: admitted {jobs.get(fits, {}).get('admitted')}, {len(running)} of {nodes} pods Running")
     print(f"{too_big}: admitted {jobs.get(too_big, {}).get('admitted')}, {len(refused)} pods; {jobs.get(too_big)}")
     print(f"every pod: {len(report['pods'])}, nodes: {len(report['nodes'])}; the report: {out / 'report.json'}")
-    met = (
-        proc.returncode == 1
-        and jobs.get(fits, {}).get("admitted") is True
-        and len(running) == nodes
-        and jobs.get(too_big, {}).get("admitted") is False
-        and not refused
-    )
-    print(f"goal (N-node job running, N+1 refused, exit 1): {'met' if met else 'NOT met'}; <= 120 s: {seconds <= 120}")
+    peaks = report["control_plane"].get("peak_memory_mib") or {}
+    print("peak memory (MiB): " + ", ".join(f"{name} {mib}" for name, mib in peaks.items()))
+    if args.compute == "eks":  # Kueue admits the N+1 job as nothing: no pod
+        held = jobs.get(fits, {}).get("admitted") is True and jobs.get(too_big, {}).get("admitted") is False
+        held = held and not refused
+    else:  # no Kueue here: the N+1 job's pods are made, and one at least cannot be placed
+        held = any(p["phase"] == "Pending" and "Insufficient nvidia.com/gpu" in p["reason"] for p in refused)
+        pending = [p for p in refused if p["phase"] == "Pending"]
+        print(f"{too_big}: {len(pending)} pods Pending: {pending[0]['reason'] if pending else ''}")
+    met = proc.returncode == 1 and len(running) == nodes and held
+    print(f"goal (N-node job running, N+1 held, exit 1): {'met' if met else 'NOT met'}; <= 120 s: {seconds <= 120}")
     return 0 if met else 1
 
 

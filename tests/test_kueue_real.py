@@ -301,6 +301,8 @@ def test_at_scale_the_app_and_a_whole_cluster_job_run_and_one_node_more_is_admit
     assert code == 1, err
     report = json.loads(out)
     assert "kueue" in report["control_plane"]["components"]
+    peaks = report["control_plane"]["peak_memory_mib"]  # each component's, as the kernel counted it
+    assert set(peaks) == set(report["control_plane"]["components"]) and all(mib > 0 for mib in peaks.values())
     assert not report["refused"] and not report["unhandled"], (report["refused"], report["unhandled"])
     assert sum(1 for node in report["nodes"] if node["instance_type"] == "p5.48xlarge") == n
     jobs = {job["name"]: job for job in report["jobs"]}

@@ -497,6 +497,7 @@ class Rehearsal:
         for step in plan.steps:
             self._run_step(step)
         self.report.nodes = [self._node_summary(n) for n in self._get(NODES)]
+        self.report.control_plane["peak_memory_mib"] = self.cp.peak_memory_mib()
         self.report.seconds = time.monotonic() - began
         return self.report
 
