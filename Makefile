@@ -13,21 +13,26 @@ STAMP := $(VENV)/.stamp-install
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
+# Every Python process make starts writes each module's .pyc the first time it imports it (into the venv, and
+# beside our sources; an empty value is unset to Python). Where PYTHONDONTWRITEBYTECODE is set (CI images, this
+# machine) each process would otherwise compile torch, Ray, aws-cdk-lib and the rest from source again
+# (`import torch` 2.8 CPU-s instead of 1.6), and the suite starts hundreds (torchrun's ranks, Ray's workers, the
+# CLI). Only what is imported is compiled, once: uv's --compile-bytecode compiled the whole venv, ~40 s of every
+# fresh clone's set-up (aws-cdk-lib's every service module alone 19 CPU-s).
+export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: setup synth test test-fast lint clean crds dashboard k8s k8s-for-tests bytecode docs rehearse rehearse-scale checkov
+.PHONY: setup synth test test-fast lint clean crds dashboard k8s k8s-for-tests docs rehearse rehearse-scale checkov
 
 setup: $(STAMP)
 
 # uv installs the pinned dependencies from its cache (~/.cache/uv, $$UV_CACHE_DIR), hard-linked: a fresh clone's
 # venv in ~20 s once the first install has downloaded torch's CUDA build (several GB; pip here re-downloads it
-# every time, the registry's responses not being cacheable). --compile-bytecode writes every module's .pyc once
-# (~40 s): where PYTHONDONTWRITEBYTECODE is set (CI images, this machine) Python would otherwise compile torch,
-# Ray, aws-cdk-lib and the rest from source in every process that imports them (`import torch` 2.8 CPU-s, not 1.6).
+# every time, the registry's responses not being cacheable); bytecode as modules are first imported (above).
 UV_VERSION := 0.13.8
 $(STAMP): pyproject.toml package.json package-lock.json
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev,train,ray,data]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev,train,ray,data]'
 	npm ci --no-fund --no-audit --loglevel=error
 	touch $@
 
@@ -46,14 +51,14 @@ dashboard: synth
 # here (no Go, a module the proxy refuses) is reported, and only the tests that need it skip, with the reason.
 # The checks and builds it needs run side by side (mypy is the longest, ~1 min on a fresh clone).
 test: $(STAMP)
-	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint crds checkov k8s-for-tests bytecode
+	$(MAKE) --no-print-directory --jobs=4 --output-sync=target lint crds checkov k8s-for-tests
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) -q --durations=25
 
 # The tiers are pytest markers set from the fixtures each test uses (tests/tiers.py); tests/test_tiers.py holds
 # this expression to exactly the tests of no tier.
 FAST_TIER := not control_plane and not torch_launch and not extra_synth
 
-test-fast: $(STAMP) lint crds bytecode
+test-fast: $(STAMP) lint crds
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) -q --durations=25 -m "$(FAST_TIER)"
 
 # Two workers (pytest-xdist), one per core here: the control-plane tests all on one of them (one control plane
@@ -63,28 +68,30 @@ PYTEST_WORKERS ?= -n 2 --dist loadfile
 k8s-for-tests:
 	-k8s/build.sh
 
-# Our own modules' .pyc, for the same reason as --compile-bytecode above: the suite starts hundreds of Python
-# processes (torchrun's ranks, the CLI, Ray's workers). A .pyc older than its source is ignored, never wrong.
-bytecode: $(STAMP)
-	$(BIN)/python -m compileall -q -j 0 app.py llm_infra constructs stacks k8s_manifests workloads data_prep tests >/dev/null
-
 # The docs site (mkdocs-material, mkdocs.yml) into site/; --strict: a broken link or anchor fails it.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
+# Kept outside the clone, as uv's and Go's caches are: what a fresh clone would otherwise rebuild.
+LLM_INFRA_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llm-infra
+
 # checkov, the policy suite tests/test_checkov.py runs on the templates and manifests, in a venv of its own
-# (it pins its own boto3 and packaging, which the project's venv must not inherit); a second run does nothing.
+# (it pins its own boto3 and packaging, which the project's venv must not inherit), one per version in
+# $(LLM_INFRA_CACHE): a fresh clone finds it built (building it took ~45 s, 27 CPU-s). Built under a lock (two
+# clones at once); a second run does nothing. The tests find it through $$LLM_INFRA_CHECKOV.
 CHECKOV_VERSION := 3.3.30
-CHECKOV_VENV := .cache/checkov-venv
-CHECKOV_STAMP := $(CHECKOV_VENV)/.stamp-checkov-$(CHECKOV_VERSION)
+CHECKOV_VENV := $(LLM_INFRA_CACHE)/checkov-$(CHECKOV_VERSION)
+CHECKOV_STAMP := $(CHECKOV_VENV)/.stamp-installed
+export LLM_INFRA_CHECKOV := $(CHECKOV_VENV)/bin/checkov
 
 checkov: $(CHECKOV_STAMP)
 
-$(CHECKOV_STAMP): $(STAMP)
-	rm -rf $(CHECKOV_VENV)
-	$(PYTHON) -m venv --without-pip $(CHECKOV_VENV)
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION)
-	touch $@
+$(CHECKOV_STAMP): | $(STAMP)
+	mkdir -p $(LLM_INFRA_CACHE)
+	flock $(CHECKOV_VENV).lock sh -ec 'test -f $@ && exit 0; rm -rf $(CHECKOV_VENV); \
+		$(PYTHON) -m venv --without-pip $(CHECKOV_VENV); \
+		$(BIN)/uv pip install --quiet --compile-bytecode --python $(CHECKOV_VENV)/bin/python checkov==$(CHECKOV_VERSION); \
+		touch $@'
 
 # The pinned upstream CRDs the manifests are validated against (llm_infra/rehearsal/crds.py has the sources).
 crds: $(STAMP)
@@ -92,7 +99,7 @@ crds: $(STAMP)
 
 # mypy's incremental cache lives outside the clone, as uv's and Go's do: on a fresh clone it re-checks only what
 # differs (where a file's path or mtime differs from its cache entry, mypy compares the file's hash).
-MYPY_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/llm-infra/mypy
+MYPY_CACHE := $(LLM_INFRA_CACHE)/mypy
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

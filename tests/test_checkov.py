@@ -3,8 +3,9 @@ manifests, and the pod templates inside the custom resources (PyTorchJob, HyperP
 RayJob), which checkov does not read, as standalone Pods. Every finding is either fixed or accepted with its
 reason in tests/checkov_accepted.py; an accepted finding that no longer occurs fails too.
 
-checkov runs from its own venv (``make checkov``: .cache/checkov-venv, pinned in the Makefile) and offline
-(``--skip-download``). One run per mode and framework, about 5 s for the templates and 3 s for the manifests.
+checkov runs from its own venv (``make checkov``: ~/.cache/llm-infra/checkov-<version>, pinned in the
+Makefile) and offline (``--skip-download``). One run per mode and framework, about 5 s for the templates and
+3 s for the manifests.
 """
 
 from __future__ import annotations
@@ -27,12 +28,14 @@ from checkov_accepted import ACCEPTED, MODES, NOT_PRIVILEGED, RAY_HEAD, TRAINING
 from cluster_model import pod_templates
 from test_manifests import render
 
-from conftest import RAY_TEST_IMAGE, REPO_ROOT, hyperpod_config
+from conftest import RAY_TEST_IMAGE, hyperpod_config
 from llm_infra.config import TrainingConfig
 from manifest_validation import load_documents
 
-CHECKOV = Path(os.environ.get("LLM_INFRA_CHECKOV", REPO_ROOT / ".cache" / "checkov-venv" / "bin" / "checkov"))
 CHECKOV_VERSION = "3.3.30"  # the Makefile's CHECKOV_VERSION
+# Where `make checkov` builds it (the Makefile's CHECKOV_VENV; make test passes it as $LLM_INFRA_CHECKOV).
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llm-infra"
+CHECKOV = Path(os.environ.get("LLM_INFRA_CHECKOV") or CACHE / f"checkov-{CHECKOV_VERSION}" / "bin" / "checkov")
 # The kinds whose containers checkov's kubernetes framework reads itself (checkov 3.3.30,
 # checkov/kubernetes/checks/resource/base_container_check.py L12-25); any other kind's pod templates are extracted.
 CHECKOV_WORKLOAD_KINDS = frozenset(
