@@ -34,7 +34,7 @@ import yaml
 
 from llm_infra.config import TrainingConfig
 from llm_infra.input_files import BadInput, read_text
-from llm_infra.ops.job_state import kueue_admission
+from llm_infra.ops.job_state import job_workload, kueue_admission
 from llm_infra.ops.kube import KubeError
 from llm_infra.queueing import KUEUE_API_VERSION, UNMANAGED_NAMESPACES
 from llm_infra.rehearsal import crds, existing_cluster
@@ -695,12 +695,13 @@ class Rehearsal:
         ]
 
     def _workloads(self, jobs: list[Applied]) -> dict[tuple[str, str, str], dict[str, Any]]:
-        """The Workload Kueue made for each of ``jobs``, by (kind, namespace, name) of the job that owns it."""
+        """The Workload Kueue made for each of ``jobs`` that has one, by (kind, namespace, name) of the job."""
         workloads: dict[tuple[str, str, str], dict[str, Any]] = {}
         for namespace in sorted({_namespaced_name(a.obj)[0] for a in jobs}):
-            for workload in self.kube.items(*WORKLOAD, namespace):
-                for owner in workload["metadata"].get("ownerReferences") or []:
-                    workloads[(str(owner.get("kind")), namespace, str(owner.get("name")))] = workload
+            listed = self.kube.items(*WORKLOAD, namespace)
+            for a in jobs:
+                if _namespaced_name(a.obj)[0] == namespace and (found := job_workload(listed, a.obj)) is not None:
+                    workloads[(str(a.obj["kind"]), *_namespaced_name(a.obj))] = found
         return workloads
 
     def _kueue_decided(self, jobs: list[Applied]) -> bool:
