@@ -188,12 +188,16 @@ class Kube:
             lambda: resource.patch(body=patch, name=name, content_type="application/strategic-merge-patch+json"),
         )
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> bool:
-        """Delete the object and, through the garbage collector, what it owns (its pods); False when absent."""
+    def delete(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None, *, propagation: str = "Background"
+    ) -> bool:
+        """Delete the object and, through the garbage collector, what it owns (its pods); False when absent.
+        ``propagation="Foreground"``: the object stays, marked for deletion, until what it owns is gone (a
+        controller makes no new pod for it meanwhile), so that its absence means theirs too."""
         resource = self._resource(api_version, kind)
         deleted = self._call(
             f"delete {kind}/{name}",
-            lambda: resource.delete(name=name, namespace=namespace, propagation_policy="Background"),
+            lambda: resource.delete(name=name, namespace=namespace, propagation_policy=propagation),
             missing_ok=True,
         )
         return deleted is not None

@@ -272,12 +272,16 @@ class ValidationRun:
         )
 
     def cleanup(self) -> list[str]:
-        """Delete the jobs this run created (their pods go with them); the pods still there at the timeout."""
+        """Delete the jobs this run created and their pods; what is still there at the timeout (pods, or a job
+        whose pods are). Deleted in the foreground: a job stays until the garbage collector has deleted its
+        pods, and its controller makes none for it meanwhile. (In the background, the Job controller once made
+        a pod for a job already deleted, after the pods had been counted gone: the pod outlived the run.)"""
         from llm_infra.k8s_manifests.pytorch_job import JOB_LABEL
 
         for job in reversed(self.created):
             metadata = job["metadata"]
-            if self.kube.delete(job["apiVersion"], job["kind"], metadata["name"], metadata.get("namespace")):
+            name, namespace = metadata["name"], metadata.get("namespace")
+            if self.kube.delete(job["apiVersion"], job["kind"], name, namespace, propagation="Foreground"):
                 self.log(f"deleted {_describe(job)}")
         deadline = self.clock() + self.timing.cleanup_timeout_seconds
         while True:
@@ -290,6 +294,11 @@ class ValidationRun:
                     namespace=job["metadata"]["namespace"],
                     label_selector=f"{JOB_LABEL}={job['metadata']['name']}",
                 )
+            ]
+            left += [
+                _describe(job)
+                for job in self.created
+                if self.kube.get(job["apiVersion"], job["kind"], job["metadata"]["name"], job["metadata"]["namespace"])
             ]
             if not left or self.clock() >= deadline:
                 return left
