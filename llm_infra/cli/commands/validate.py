@@ -187,7 +187,7 @@ def _validate(args: argparse.Namespace, config: TrainingConfig, target: ClusterT
     if leftover:
         stale = ValidationRun(kube, timing, log=ui.log, progress=ui.progress, created=list(objects.jobs))
         if stale.cleanup():
-            return _fail("the earlier run's pods are still terminating; try again shortly")
+            return _fail("the earlier run's jobs and pods are still terminating; try again shortly")
     ui.log(f"validating {target.name} ({target.compute}) on {count} of its schedulable GPU nodes: {', '.join(usable)}")
     results = []
     interrupted = False
@@ -201,7 +201,7 @@ def _validate(args: argparse.Namespace, config: TrainingConfig, target: ClusterT
             left = run.cleanup()
     ui.progress.close()
     if left:
-        ui.log(f"warning: pods still terminating after cleanup: {', '.join(left)}")
+        ui.log(f"warning: still terminating after cleanup (jobs, pods): {', '.join(left)}")
     if interrupted:
         return EXIT_INTERRUPTED
     replaced = _replace_failed(args, kube, results, ui) if args.replace_failed else []
