@@ -67,7 +67,7 @@ def batch_job(name: str, namespace: str, nodes: int) -> dict[str, object]:
 
 
 def synth(context: list[str], out: Path) -> float:
-    """``npx cdk synth -c gpu_nodes=N`` into ``out``; its seconds."""
+    """``npx cdk synth`` with the ``-c`` flags of ``context`` into ``out``; its seconds."""
     began = time.monotonic()
     subprocess.run(
         [
