@@ -58,12 +58,12 @@ def container_security_context(*, add: tuple[str, ...] = (), **fields: Any) -> d
 
 
 def gpu_resources(values: WorkloadValues) -> dict[str, Any]:
-    """All GPUs, all EFA devices and the hugepages of one node, as requests = limits."""
+    """All GPUs, all EFA devices and the hugepages of one node (where the queue covers them), as requests = limits."""
     resources: dict[str, Any] = {"nvidia.com/gpu": values.profile.gpus}
     if values.efa_devices:
         resources["vpc.amazonaws.com/efa"] = values.efa_devices
-    if values.hugepages_2mib:
-        resources["hugepages-2Mi"] = f"{values.hugepages_2mib * 2}Mi"
+    if values.pod_hugepages_2mib:
+        resources["hugepages-2Mi"] = f"{values.pod_hugepages_2mib * 2}Mi"
     # Kubernetes needs a memory request beside hugepages; leave the rest to the node.
     resources["memory"] = f"{values.profile.gpu_memory_gib * values.profile.gpus}Gi"
     return {"requests": dict(resources), "limits": dict(resources)}
@@ -87,6 +87,10 @@ def nccl_env(values: WorkloadValues) -> list[dict[str, str]]:
     }
     if values.efa_devices:
         env["FI_PROVIDER"] = "efa"
+        if not values.pod_hugepages_2mib:
+            # libfabric's EFA provider takes its internal buffers from the hugepage pool by default (fi_efa(7),
+            # FI_EFA_USE_HUGE_PAGE); a pod granted no hugepages has a hugetlb cgroup limit of 0 there.
+            env["FI_EFA_USE_HUGE_PAGE"] = "0"
     return [{"name": k, "value": v} for k, v in env.items()]
 
 

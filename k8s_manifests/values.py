@@ -8,6 +8,7 @@ from llm_infra.config import TrainingConfig
 from llm_infra.instance_types import InstanceProfile
 from llm_infra.k8s_manifests.dlc import dlc_image_uri
 from llm_infra.queueing import (
+    HUGEPAGES,
     HYPERPOD_NAMESPACE_PREFIX,
     QueueValues,
     cluster_queue_flavors,
@@ -126,6 +127,15 @@ class WorkloadValues:
             raise ValueError(f"full_job_restarts: {self.full_job_restarts} must be >= 0")
         if self.tiered_checkpoint_s3_uri is not None and not self.hyperpod:
             raise ValueError("tiered_checkpoint_s3_uri: needs compute=hyperpod (HyperPod nodes run the memory tier)")
+
+    @property
+    def pod_hugepages_2mib(self) -> int:
+        """The 2 MiB hugepages a GPU pod requests: ``hugepages_2mib``, unless the jobs' queue does not cover
+        hugepages (task governance's, :data:`llm_infra.queueing.TASK_GOVERNANCE_RESOURCES`), where a pod that
+        requested them would never be admitted: then none, and libfabric keeps its buffers in regular pages."""
+        if self.queues is not None and HUGEPAGES not in self.queues.covered_resources:
+            return 0
+        return self.hugepages_2mib
 
     def queue_labels(self, kind: str) -> dict[str, str]:
         """The Kueue labels of a ``kind`` job (``training`` or ``validation``) and its pods: its queue and

@@ -34,6 +34,7 @@ DEFAULT_LOCAL_QUEUE = "default"
 CLUSTER_QUEUE = "llm-infra"
 HYPERPOD_NAMESPACE_PREFIX = "hyperpod-ns-"
 HYPERPOD_LOCAL_QUEUE_SUFFIX = "-localqueue"
+HYPERPOD_CLUSTER_QUEUE_SUFFIX = "-clusterqueue"
 HYPERPOD_PRIORITY_SUFFIX = "-priority"
 # The priority classes of both modes, by what runs under them, with their weight (0-100: the range of
 # AWS::SageMaker::ClusterSchedulerConfig PriorityClass.Weight; on EKS the WorkloadPriorityClass value). The
@@ -99,6 +100,15 @@ GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
 HUGEPAGES = "hugepages-2Mi"
 QUEUE_RESOURCES = ("cpu", "memory", GPU, EFA, HUGEPAGES)
+# What task governance's ClusterQueues cover: every resource its flavours list in status.flavorsUsage
+# (aws/sagemaker-hyperpod-cli 2ec6ec9, examples/end_to_end_walkthrough/03-task-governance/00-task-governance.md,
+# `kubectl get clusterqueue hyperpod-ns-team-a-clusterqueue -o jsonpath='{.status.flavorsUsage[0]}'`). No 2 MiB
+# hugepages: a pod that requests them is inadmissible there (kueue v0.17.0 flavorassigner: "resource
+# hugepages-2Mi unavailable in ClusterQueue") unless AWS's Kueue configuration excludes them, which AWS does not
+# publish; AWS's own HyperPod job templates request GPUs and EFA devices only (aws-samples/
+# awsome-distributed-training 564ce38, 3.test_cases/pytorch/FSDP/kubernetes/llama3_1_8b-fsdp-hpto.yaml).
+NEURON = "aws.amazon.com/neurondevice"
+TASK_GOVERNANCE_RESOURCES = (NEURON, "cpu", "memory", GPU, EFA)
 
 
 @dataclass(frozen=True)
@@ -196,6 +206,8 @@ class QueueValues:
     priority_classes: dict[str, str]
     # The ClusterQueue's flavours and quota; empty where the queues are AWS's (HyperPod task governance).
     flavors: tuple[FlavorQuota, ...] = field(default=())
+    # The resources the queue's ClusterQueue covers: a pod of ours requests no other.
+    covered_resources: tuple[str, ...] = QUEUE_RESOURCES
 
     def labels(self, kind: str) -> dict[str, str]:
         """The labels a job of ``kind`` (``training`` or ``validation``) and its pods carry."""
@@ -220,4 +232,5 @@ def hyperpod_queue_values(team: str) -> QueueValues:
     return QueueValues(
         local_queue=f"{hyperpod_team_namespace(team)}{HYPERPOD_LOCAL_QUEUE_SUFFIX}",
         priority_classes={kind: f"{kind}{HYPERPOD_PRIORITY_SUFFIX}" for kind in PRIORITY_CLASSES},
+        covered_resources=TASK_GOVERNANCE_RESOURCES,
     )

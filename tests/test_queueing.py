@@ -29,10 +29,15 @@ from llm_infra.queueing import (
     PRIORITY_LABEL,
     QUEUE_LABEL,
     SYSTEM_NODE_DAEMONSETS,
+    TASK_GOVERNANCE_RESOURCES,
     XID_MONITOR_REQUESTS,
     kubelet_reserved_memory_mib,
     node_group_quota,
 )
+from llm_infra.rehearsal.deploy_workloads import Templates
+from llm_infra.rehearsal.rehearse import read_templates
+from llm_infra.rehearsal.task_governance import instance_quota, stand_in_objects
+from llm_infra.rehearsal.upstream_charts import NoModel
 from llm_infra.versions import EKS_ADDONS, HYPERPOD_TASK_GOVERNANCE_ADDONS, KUEUE, KUEUE_VERSION
 
 JOB_KINDS = ("PyTorchJob", "HyperPodPyTorchJob", "Job", "RayJob")
@@ -442,6 +447,103 @@ def test_on_eks_kueue_manages_jobs_only_so_our_deployments_and_daemonsets_run_as
     }
     for obj in others:
         assert QUEUE_LABEL not in obj["metadata"].get("labels", {}), obj["metadata"]["name"]
+
+
+def test_hyperpod_pods_request_only_what_task_governances_queue_covers(hyperpod_charts, eks_charts) -> None:
+    """AWS's ClusterQueue covers TASK_GOVERNANCE_RESOURCES, no hugepages: a pod that requests another resource is
+    never admitted there (Kueue: "resource hugepages-2Mi unavailable in ClusterQueue"). So under task governance
+    our pods request none, and tell libfabric not to take its buffers from hugepages; on EKS our own ClusterQueue
+    covers them, and the GPU pods keep them."""
+    checked = 0
+    for obj in of_kind(hyperpod_charts, *JOB_KINDS):
+        for template in all_pod_templates(obj):
+            for container in template["spec"]["containers"]:
+                resources = container.get("resources", {})
+                requested = {*resources.get("requests", {}), *resources.get("limits", {})}
+                assert requested <= set(TASK_GOVERNANCE_RESOURCES), (obj["metadata"]["name"], requested)
+                if "vpc.amazonaws.com/efa" in requested:
+                    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+                    assert env.get("FI_EFA_USE_HUGE_PAGE") == "0", obj["metadata"]["name"]
+                    checked += 1
+    assert checked >= 4  # the health check, the training and validation HyperPodPyTorchJobs
+    eks_gpu = [
+        container
+        for obj in of_kind(eks_charts, *JOB_KINDS)
+        for template in all_pod_templates(obj)
+        for container in template["spec"]["containers"]
+        if "vpc.amazonaws.com/efa" in container.get("resources", {}).get("limits", {})
+    ]
+    assert eks_gpu and all(c["resources"]["limits"]["hugepages-2Mi"] == "10240Mi" for c in eks_gpu)
+    assert not [c for c in eks_gpu if any(e["name"] == "FI_EFA_USE_HUGE_PAGE" for e in c.get("env", []))]
+
+
+def test_the_task_governance_stand_in_makes_the_queues_aws_makes_for_the_compute_allocation(synth) -> None:
+    """What the real Kueue runs with in a HyperPod rehearsal (llm_infra/rehearsal/task_governance.py): AWS's names,
+    one flavour per instance type, whole instances' figures as the quota; each object passes Kueue's CRDs."""
+    app = synth(hyperpod_config())
+    templates = read_templates(app.outdir)
+    objects = stand_in_objects(templates)
+    for obj in objects:
+        if obj["kind"] != "Namespace":
+            errors = sorted(_crd_validator(obj["kind"]).iter_errors(obj), key=str)
+            assert not errors, f"{obj['kind']}: {errors[0].message} at {list(errors[0].path)}"
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    priorities = {o["metadata"]["name"]: o["value"] for o in by_kind["WorkloadPriorityClass"]}
+    assert priorities == {"validation-priority": 90, "training-priority": 70}
+    (namespace,) = by_kind["Namespace"]
+    assert namespace["metadata"] == {
+        "name": "hyperpod-ns-training",
+        "labels": {
+            "sagemaker.amazonaws.com/sagemaker-managed-queue": "true",
+            "sagemaker.amazonaws.com/quota-allocation-id": "training",
+        },
+    }
+    (flavor,) = by_kind["ResourceFlavor"]
+    assert flavor["metadata"]["name"] == "ml.p5.48xlarge"
+    assert flavor["spec"]["nodeLabels"] == {"node.kubernetes.io/instance-type": "ml.p5.48xlarge"}
+    (queue,) = by_kind["ClusterQueue"]
+    assert queue["metadata"]["name"] == "hyperpod-ns-training-clusterqueue"
+    assert queue["spec"]["preemption"] == {"withinClusterQueue": "Never"}  # PreemptTeamTasks: Never
+    (group,) = queue["spec"]["resourceGroups"]
+    assert group["coveredResources"] == list(TASK_GOVERNANCE_RESOURCES)
+    (p5,) = group["flavors"]
+    quota = {r["name"]: r["nominalQuota"] for r in p5["resources"]}
+    assert quota == {
+        "aws.amazon.com/neurondevice": "0",
+        "cpu": "384",
+        "memory": "4096Gi",
+        "nvidia.com/gpu": "16",
+        "vpc.amazonaws.com/efa": "64",
+    }  # the app's 2 p5.48xlarge, whole
+    (local,) = by_kind["LocalQueue"]
+    assert (local["metadata"], local["spec"]) == (
+        {"name": "hyperpod-ns-training-localqueue", "namespace": "hyperpod-ns-training"},
+        {"clusterQueue": "hyperpod-ns-training-clusterqueue"},
+    )
+    # AWS's walkthrough: a team given one ml.g5.12xlarge has 48 cpu, 192Gi and 4 GPUs of quota.
+    g5 = instance_quota("ml.g5.12xlarge", 1)
+    assert (g5["cpu"], g5["memory"], g5["nvidia.com/gpu"]) == ("48", "192Gi", "4")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ResourceSharingConfig": {"Strategy": "LendAndBorrow"}}, "ResourceSharingConfig LendAndBorrow"),
+        ({"ComputeQuotaResources": [{"InstanceType": "ml.p5.48xlarge", "Accelerators": 8}]}, "Accelerators"),
+        ({"PreemptTeamTasks": "Always"}, "PreemptTeamTasks Always"),
+    ],
+)
+def test_the_stand_in_refuses_an_allocation_it_does_not_model(synth, change: dict[str, Any], message: str) -> None:
+    templates = read_templates(synth(hyperpod_config()).outdir)
+    edited = copy.deepcopy(templates.templates)
+    for template in edited.values():
+        for resource in template["Resources"].values():
+            if resource["Type"] == "AWS::SageMaker::ComputeQuota":
+                resource["Properties"]["ComputeQuotaConfig"].update(change)
+    with pytest.raises(NoModel, match=message):
+        stand_in_objects(Templates(edited))
 
 
 # ---- the pinned release's sources --------------------------------------------------------------------

@@ -28,6 +28,26 @@ spec:
     image: example.invalid/train:1
     resources: {limits: {nvidia.com/gpu: 9}}
 """
+# A Job of whole p5 nodes in the HyperPod team's queue (whose quota is the app's two), with or without hugepages.
+WHOLE_NODES_JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: {namespace}
+  labels: {{kueue.x-k8s.io/queue-name: {namespace}-localqueue}}
+spec:
+  parallelism: {nodes}
+  completions: {nodes}
+  template:
+    spec:
+      restartPolicy: Never
+      tolerations: [{{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}]
+      containers:
+      - name: main
+        image: example.invalid/train:1
+        resources: {{limits: {{nvidia.com/gpu: 8, vpc.amazonaws.com/efa: {efa}{hugepages}}}}}
+"""
 # The derived HyperPodPyTorchJob CRD closes its objects: the API server's strict field validation refuses this.
 UNKNOWN_FIELD_JOB = """
 apiVersion: sagemaker.amazonaws.com/v1
@@ -95,19 +115,48 @@ def test_a_pod_that_cannot_fit_is_pending_with_the_schedulers_reason(
         assert not workers and {u["kind"] for u in report["unhandled"]} == {"PyTorchJob"}
 
 
-def test_the_hyperpod_app_rehearses_with_its_jobs_listed_as_having_no_controller_here(
-    rehearsal_binaries, synth, capsys
+def test_the_hyperpod_app_rehearses_its_jobs_through_task_governances_queue_and_lists_the_rest(
+    rehearsal_binaries, synth, capsys, tmp_path: Path
 ) -> None:
     config = hyperpod_config()
-    code, out, err = run_cli(capsys, "rehearse", *app_flags(synth(config), config), "-c", "compute=hyperpod")
+    namespace = config.jobs_namespace
+    (tmp_path / "three.yaml").write_text(
+        WHOLE_NODES_JOB.format(name="three-nodes", namespace=namespace, nodes=3, efa=32, hugepages="")
+    )
+    (tmp_path / "hugepages.yaml").write_text(
+        WHOLE_NODES_JOB.format(
+            name="hugepages", namespace=namespace, nodes=1, efa=32, hugepages=", hugepages-2Mi: 10Gi, memory: 640Gi"
+        )
+    )
+    flags = [*app_flags(synth(config), config), "-c", "compute=hyperpod"]
+    flags += ["--apply", str(tmp_path / "three.yaml"), "--apply", str(tmp_path / "hugepages.yaml")]
+    code, out, err = run_cli(capsys, "rehearse", *flags, "--output", "json")
+    report = json.loads(out)
 
-    assert code == 0, out + err
-    assert "rehearsal: PASS" in out and "modelled from the pinned charts" in out
-    no_controller = out.split("no controller here (", 1)[1]
-    for job in ("train", "validation-2-allreduce", "validation-3-training", "llama2-7b"):
-        assert f"HyperPodPyTorchJob {config.jobs_namespace}/{job} " in no_controller  # the team's namespace
-    assert "the HyperPod training operator is closed source" in no_controller
-    assert "ml.p5.48xlarge" in out and " Pending " not in out
+    unhandled = {u["name"]: u for u in report["unhandled"] if u["kind"] == "HyperPodPyTorchJob"}
+    assert set(unhandled) == {"train", "validation-2-allreduce", "validation-3-training", "llama2-7b"}
+    assert all(u["namespace"] == config.jobs_namespace for u in unhandled.values())  # the team's namespace
+    assert all("the HyperPod training operator is closed source" in u["reason"] for u in unhandled.values())
+    assert {n["instance_type"] for n in report["nodes"]} >= {"ml.p5.48xlarge"}
+    big = [p for p in report["pods"] if p["name"].startswith(("three-nodes", "hugepages"))]
+    others = [p for p in report["pods"] if p not in big]
+    assert others and all(p["phase"] in ("Running", "Succeeded") for p in others), others
+    if "kueue" not in report["control_plane"]["components"]:  # no stand-in: the scheduler holds the third pod
+        assert code == 1 and any(p["phase"] == "Pending" for p in big), err
+        return
+    # The real Kueue stands in for task governance's: the app's batch Jobs (health check, data preparation),
+    # whose pods request only what AWS's ClusterQueue covers (no hugepages), are admitted through the team's
+    # queue; a job bigger than the team's two nodes, or one asking for hugepages (which AWS's ClusterQueue does not
+    # cover), is admitted as nothing, with Kueue's reason, and fails the run.
+    jobs = {job["name"]: job for job in report["jobs"]}
+    hugepages = jobs.pop("hugepages")["reason"]
+    assert hugepages == "couldn't assign flavors to pod set main: resource hugepages-2Mi unavailable in ClusterQueue"
+    reason = jobs.pop("three-nodes")["reason"]
+    assert reason.startswith("couldn't assign flavors to pod set main: insufficient quota for "), reason
+    assert "in flavor ml.p5.48xlarge" in reason and "> maximum capacity" in reason, reason
+    assert jobs and all(job["admitted"] for job in jobs.values()), jobs
+    assert set(jobs) == {"validation-1-health", "llama2-7b-data-prep"}
+    assert not big and code == 1 and not report["passed"]
 
 
 def test_bad_input_is_one_line_and_exit_2(default_app, capsys, tmp_path: Path) -> None:

@@ -154,7 +154,7 @@ def _resources(instance_type: str, vcpus: int, memory_gib: int, hugepages_mib: i
     return capacity, allocatable
 
 
-def _hardware(instance_type: str) -> tuple[int, int, int]:
+def instance_hardware(instance_type: str) -> tuple[int, int, int]:
     """vCPUs, GiB, GPUs of an EC2 or ml. instance type."""
     name = instance_type.removeprefix("ml.")
     if name in INSTANCE_PROFILES:
@@ -189,7 +189,7 @@ def template_nodes(
         props = resource["Properties"]
         data = launch_templates.get((stack, props.get("LaunchTemplate", {}).get("Id", {}).get("Ref")), {})
         instance_type = data.get("InstanceType") or props["InstanceTypes"][0]
-        vcpus, memory_gib, gpus = _hardware(instance_type)
+        vcpus, memory_gib, gpus = instance_hardware(instance_type)
         hugepages = re.search(r"vm\.nr_hugepages = (\d+)", json.dumps(data.get("UserData", "")))
         capacity, allocatable = _resources(instance_type, vcpus, memory_gib, 2 * int(hugepages[1]) if hugepages else 0)
         interfaces = data.get("NetworkInterfaces", [])
@@ -232,7 +232,7 @@ def template_nodes(
         vpc_groups = frozenset(templates.identity(stack, g) for g in props["VpcConfig"]["SecurityGroupIds"])
         for group in props["InstanceGroups"]:
             instance_type = group["InstanceType"]
-            vcpus, memory_gib, gpus = _hardware(instance_type)
+            vcpus, memory_gib, gpus = instance_hardware(instance_type)
             vcpus = vcpus * group.get("ThreadsPerCore", 2) // 2
             profile = INSTANCE_PROFILES.get(instance_type.removeprefix("ml."))
             efa = profile.efa_interfaces if profile and gpus else 0

@@ -15,8 +15,10 @@ templates would create (:func:`llm_infra.rehearsal.deploy_workloads.template_nod
 
 The real scheduler places the pods and KWOK marks them Running (a Job's pods Succeeded). Each pod is
 reported with its node and phase, a Pending one with the scheduler's reason. When the app installs Kueue (a
-ClusterQueue among what it applies), the real Kueue runs too: each job it manages is reported admitted or
-not, with Kueue's reason (its Workload's conditions). Objects no controller here
+ClusterQueue among what it applies), or HyperPod's task governance (AWS's Kueue, closed: the real Kueue stands
+in for it with the queues of the templates' compute allocation, :mod:`llm_infra.rehearsal.task_governance`),
+the real Kueue runs too: each job it manages is reported admitted or not, with Kueue's reason (its Workload's
+conditions). Objects no controller here
 runs (HyperPodPyTorchJob: its operator is closed source) are applied, so validated by the API server,
 and listed apart, never as passed.
 """
@@ -37,7 +39,7 @@ from llm_infra.input_files import BadInput, read_text
 from llm_infra.ops.job_state import job_workload, kueue_admission
 from llm_infra.ops.kube import KubeError
 from llm_infra.queueing import KUEUE_API_VERSION, UNMANAGED_NAMESPACES
-from llm_infra.rehearsal import crds, existing_cluster
+from llm_infra.rehearsal import crds, existing_cluster, task_governance
 from llm_infra.rehearsal.control_plane import (
     OPTIONAL,
     REQUIRED,
@@ -60,9 +62,11 @@ from llm_infra.rehearsal.deploy_workloads import (
     releases,
     template_nodes,
 )
-from llm_infra.rehearsal.upstream_charts import PodTemplate
+from llm_infra.rehearsal.upstream_charts import NoModel, PodTemplate
 
 FIELD_MANAGER = "llm-infra-rehearse"
+TASK_GOVERNANCE_MANAGER = "hyperpod-task-governance-stand-in"
+TASK_GOVERNANCE_ORIGIN = "HyperPod task governance (the stand-in's queues for cdk.out's compute allocation)"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 NAME_LABEL = "app.kubernetes.io/name"
 MODELLED_ANNOTATION = "llm-infra.aws/modelled-from"
@@ -115,10 +119,13 @@ REQUIRED_COMPONENTS = (*REQUIRED, *SIMULATION)
 # ---- what to apply --------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Applied:
-    """An object to apply, and where it comes from (equal only to itself)."""
+    """An object to apply, where it comes from, and who applies it (equal only to itself)."""
 
     obj: dict[str, Any]
     origin: str
+    # The server-side apply's field manager: another one's fields stay when the same object is applied again
+    # (the team namespace: task governance's labels, then the app's Namespace).
+    field_manager: str = FIELD_MANAGER
 
     @property
     def ref(self) -> str:
@@ -309,6 +316,16 @@ def plan(
         source = f"{release.source} (modelled from the pinned chart)"
         deploy += [Applied(_modelled_workload(ns, pod, source), source) for ns, pod in release.pods]
     deploy += [Applied(obj, f"cdk.out {stack} {logical_id}") for stack, logical_id, obj in applied_objects(templates)]
+    try:
+        governance = task_governance.stand_in_objects(templates)
+    except NoModel as err:
+        raise BadInput(f"{cdk_out}: no stand-in for HyperPod task governance's queues: {err}") from None
+    if governance:
+        deploy += [Applied(obj, TASK_GOVERNANCE_ORIGIN, TASK_GOVERNANCE_MANAGER) for obj in governance]
+        notes.append(
+            "HyperPod task governance: AWS's Kueue is closed; the real Kueue stands in for it, with the queues its "
+            "compute allocation makes (llm_infra/rehearsal/task_governance.py says what is AWS's and what assumed)"
+        )
     jobs: list[Step] = []
     for path in sorted(manifests.glob("*.yaml")):
         for obj in read_objects(path, "--manifests"):
@@ -477,7 +494,7 @@ class Rehearsal:
         refused = {}
         for applied in objects:
             try:
-                self.kube.apply_as(applied.obj, field_manager=FIELD_MANAGER, dry_run=dry_run)
+                self.kube.apply_as(applied.obj, field_manager=applied.field_manager, dry_run=dry_run)
             except KubeError as err:
                 refused[applied] = str(err).removeprefix(f"apply {applied.ref}: ")
         return refused
