@@ -65,6 +65,21 @@ ADDON_CONFIGURATION: dict[str, dict[str, object]] = {
     "vpc-cni": {"enableNetworkPolicy": "true"},
     "eks-node-monitoring-agent": NODE_MONITORING_AGENT_CONFIGURATION,
 }
+# CoreDNS autoscaled by EKS (AWS, "Scale CoreDNS Pods for high DNS traffic": docs.aws.amazon.com/eks/latest/
+# userguide/coredns-autoscaling.html; awsdocs/amazon-eks-user-guide coredns-autoscaling.md): the add-on's
+# configuration {"autoScaling": {"enabled": true, "minReplicas", "maxReplicas"}} (CoreDNS v1.9, EKS 1.25 and
+# later); EKS's control plane keeps max(nodes / 16, vCPUs / 256) replicas within those bounds and scales down by a
+# third every 3 minutes. Without it: 2 replicas, whatever the cluster's size. CoreDNS runs on the system nodes
+# only (it tolerates no GPU taint), so its bound is the formula's node term at the cluster's largest size: its
+# vCPU term would ask 192 replicas of 256 p5.48xlarge, which two system nodes do not hold.
+COREDNS_MIN_REPLICAS = 2
+COREDNS_NODES_PER_REPLICA = 16
+
+
+def coredns_configuration(max_nodes: int) -> dict[str, object]:
+    """The CoreDNS add-on's configuration: autoscaled by EKS from 2 replicas to one per 16 of ``max_nodes``."""
+    most = max(COREDNS_MIN_REPLICAS, -(-max_nodes // COREDNS_NODES_PER_REPLICA))
+    return {"autoScaling": {"enabled": True, "minReplicas": COREDNS_MIN_REPLICAS, "maxReplicas": most}}
 
 
 # AmazonEKSClusterAdminPolicy on the whole cluster, as eks.Cluster.grant_cluster_admin gives it.
@@ -215,7 +230,11 @@ class _TrainingClusterBase(Construct):
         return role
 
     # ---- parts --------------------------------------------------------------------------------
-    def _check_common(self, kubernetes_version: str, system_nodes: int, gpu_instance_types: Sequence[str]) -> None:
+    def _check_common(
+        self, kubernetes_version: str, system_nodes: int, gpu_instance_types: Sequence[str], max_nodes: int | None
+    ) -> int:
+        """Validate the props both kinds of cluster take; the most nodes the cluster holds (``max_nodes``, else
+        the system nodes)."""
         require_literal(
             self, "kubernetes_version", kubernetes_version, "it picks the add-on builds and the kubectl layer"
         )
@@ -230,6 +249,14 @@ class _TrainingClusterBase(Construct):
             raise ConstructValidationError(
                 self, "gpu_instance_types: at least one (the GPU nodes' node.kubernetes.io/instance-type)"
             )
+        if max_nodes is None:
+            return system_nodes
+        require_literal(self, "max_nodes", max_nodes, "CoreDNS's autoscaling bound is derived from it")
+        if max_nodes < system_nodes:
+            raise ConstructValidationError(
+                self, f"max_nodes: {max_nodes} must be >= system_nodes ({system_nodes}): it counts every node"
+            )
+        return max_nodes
 
     def _system_node_role(self) -> iam.Role:
         role = iam.Role(
@@ -257,9 +284,10 @@ class _TrainingClusterBase(Construct):
             "enable_node_auto_repair": True,
         }
 
-    def _addons(self, install: Collection[str], *, overwrite: bool) -> dict[str, eks.Addon]:
-        """The pinned EKS add-ons named in ``install``, each AWS-calling one with its Pod Identity role;
-        with ``overwrite``, ``ResolveConflicts: OVERWRITE`` (:func:`overwrite_conflicts`)."""
+    def _addons(self, install: Collection[str], *, overwrite: bool, max_nodes: int) -> dict[str, eks.Addon]:
+        """The pinned EKS add-ons named in ``install``, each AWS-calling one with its Pod Identity role, CoreDNS
+        autoscaled for ``max_nodes`` (:func:`coredns_configuration`); with ``overwrite``, ``ResolveConflicts:
+        OVERWRITE`` (:func:`overwrite_conflicts`)."""
         versions = {name: version for name, version in EKS_ADDONS[self.kubernetes_version].items() if name in install}
         if "vpc-cni" in versions:
             cni_role = self.pod_identity_role(
@@ -312,7 +340,9 @@ class _TrainingClusterBase(Construct):
                 cluster=self.cluster,
                 addon_name=name,
                 addon_version=version,
-                configuration_values=ADDON_CONFIGURATION.get(name),
+                configuration_values=coredns_configuration(max_nodes)
+                if name == "coredns"
+                else ADDON_CONFIGURATION.get(name),
                 preserve_on_delete=False,
             )
             if overwrite:
@@ -414,7 +444,8 @@ class TrainingCluster(_TrainingClusterBase):
       secrets encrypted with a rotated KMS key, all control-plane log types on;
     - a managed node group of system nodes (CoreDNS, operators);
     - pinned EKS add-ons: vpc-cni (recent enough for ``efa-only`` interfaces, NetworkPolicy enforced),
-      coredns, kube-proxy,
+      coredns (autoscaled by EKS up to one replica per 16 of ``max_nodes``, the most nodes the cluster will
+      hold; default: the system nodes), kube-proxy,
       eks-pod-identity-agent, aws-fsx-csi-driver and amazon-cloudwatch-observability, the ones that
       call AWS with their own Pod Identity role, and eks-node-monitoring-agent (GPU faults as node
       conditions for node auto repair, its DCGM part tolerating the GPU taint); each with
@@ -446,9 +477,10 @@ class TrainingCluster(_TrainingClusterBase):
         admin_role_arn: str | None = None,
         cluster_name: str | None = None,
         gpu_instance_types: Sequence[str] = (DEFAULT_GPU_INSTANCE_TYPE,),
+        max_nodes: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self._check_common(kubernetes_version, system_nodes, gpu_instance_types)
+        max_nodes = self._check_common(kubernetes_version, system_nodes, gpu_instance_types, max_nodes)
         if endpoint_access not in ENDPOINT_ACCESS:
             raise ConstructValidationError(
                 self, f"endpoint_access: {endpoint_access!r} is not allowed; allowed: {', '.join(ENDPOINT_ACCESS)}"
@@ -503,7 +535,7 @@ class TrainingCluster(_TrainingClusterBase):
                 system_instance_type, system_nodes, self._system_node_role()
             ),
         )
-        self.addons = self._addons(INSTALLABLE, overwrite=True)
+        self.addons = self._addons(INSTALLABLE, overwrite=True, max_nodes=max_nodes)
         self._device_plugins(INSTALLABLE, gpu_instance_types)
         self._acknowledge_cdk_internals()
 
@@ -522,6 +554,7 @@ class TrainingCluster(_TrainingClusterBase):
         system_nodes: int = DEFAULT_SYSTEM_NODES,
         admin_role_arn: str | None = None,
         gpu_instance_types: Sequence[str] = (DEFAULT_GPU_INSTANCE_TYPE,),
+        max_nodes: int | None = None,
     ) -> ExistingTrainingCluster:
         """An EKS cluster this app does not create, by name (nothing is looked up): the same interface as
         a new one. See :class:`ExistingTrainingCluster` for what it adds to the cluster."""
@@ -538,6 +571,7 @@ class TrainingCluster(_TrainingClusterBase):
             system_nodes=system_nodes,
             admin_role_arn=admin_role_arn,
             gpu_instance_types=gpu_instance_types,
+            max_nodes=max_nodes,
         )
 
     def grant_cluster_admin(self, construct_id: str, principal_arn: str) -> eks.AccessEntry:
@@ -566,7 +600,8 @@ class ExistingTrainingCluster(_TrainingClusterBase):
       cluster's authentication mode must take access entries (API or API_AND_CONFIG_MAP);
     - a system node group of this app's (``llm-infra.aws/node-role=system``: the Ray head and Redis
       select it) in ``subnets``;
-    - of the add-ons and charts a new cluster gets, only those named in ``install``, each with
+    - of the add-ons and charts a new cluster gets (CoreDNS autoscaled for ``max_nodes`` as there), only those
+      named in ``install``, each with
       ``ResolveConflicts`` left unset: where the owner's copy differs (EKS's self-managed bootstrap
       aws-node, coredns, kube-proxy; a Helm release) the create fails and theirs stays as it is;
     - ``application_log_group``: this app's only with ``amazon-cloudwatch-observability`` in ``install``;
@@ -592,9 +627,10 @@ class ExistingTrainingCluster(_TrainingClusterBase):
         system_nodes: int = DEFAULT_SYSTEM_NODES,
         admin_role_arn: str | None = None,
         gpu_instance_types: Sequence[str] = (DEFAULT_GPU_INSTANCE_TYPE,),
+        max_nodes: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
-        self._check_common(kubernetes_version, system_nodes, gpu_instance_types)
+        max_nodes = self._check_common(kubernetes_version, system_nodes, gpu_instance_types, max_nodes)
         if not is_token(cluster_name) and not CLUSTER_NAME.match(cluster_name):
             raise ConstructValidationError(
                 self,
@@ -654,7 +690,7 @@ class ExistingTrainingCluster(_TrainingClusterBase):
                 system_instance_type, system_nodes, self._system_node_role()
             ),
         )
-        self.addons = self._addons(self.install, overwrite=False)
+        self.addons = self._addons(self.install, overwrite=False, max_nodes=max_nodes)
         self._device_plugins(self.install, gpu_instance_types)
         self._acknowledge_kubectl_provider(self.kubectl_provider)
 

@@ -276,6 +276,13 @@ class TrainingConfig:
         return self.gpu_nodes if self.gpu_nodes_max is None else self.gpu_nodes_max
 
     @property
+    def max_cluster_nodes(self) -> int:
+        """The most nodes the cluster holds: the system nodes, the GPU nodes at their most and, on HyperPod, its
+        CPU instance group (an existing cluster's own nodes are not counted)."""
+        hyperpod_cpu = self.hyperpod_cpu_count if self.compute == "hyperpod" else 0
+        return self.system_nodes + self.gpu_max + hyperpod_cpu
+
+    @property
     def capacity(self) -> str:
         if self.gpu_capacity:
             return self.gpu_capacity

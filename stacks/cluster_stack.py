@@ -76,6 +76,7 @@ class ClusterStack(cdk.Stack):
                 system_nodes=config.system_nodes,
                 admin_role_arn=config.admin_role_arn,
                 gpu_instance_types=[gpu_instance_type(config)],
+                max_nodes=config.max_cluster_nodes,
             )
         else:
             self.training_cluster = TrainingCluster(
@@ -89,6 +90,7 @@ class ClusterStack(cdk.Stack):
                 endpoint_access=config.endpoint_access,
                 admin_role_arn=config.admin_role_arn,
                 gpu_instance_types=[gpu_instance_type(config)],
+                max_nodes=config.max_cluster_nodes,
             )
         self._allow_lustre_from_cluster_nodes(lustre)
         self.operators: HyperPodDependencies | None = None

@@ -5,6 +5,7 @@ eks.Cluster; defaults live in one place (tests/test_defaults.py)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import aws_cdk as cdk
@@ -22,7 +23,7 @@ from llm_infra.constructs.lustre_storage import (
     LustreStorage,
     allow_lustre_from_clients_side,
 )
-from llm_infra.constructs.training_cluster import TrainingCluster
+from llm_infra.constructs.training_cluster import TrainingCluster, coredns_configuration
 from llm_infra.constructs.training_observability import TrainingObservability
 from llm_infra.constructs.training_vpc import TrainingVpc
 from llm_infra.constructs.validation import ConstructValidationError
@@ -244,6 +245,25 @@ def test_what_decides_the_template_must_be_known_at_synth() -> None:
     vpc, _ = network(stack)
     with pytest.raises(ConstructValidationError, match="kubernetes_version: must be known at synth"):
         TrainingCluster(stack, "Eks", vpc=vpc, subnets=vpc.private_subnets, kubernetes_version=version)
+
+
+def test_coredns_autoscales_with_the_clusters_largest_size() -> None:
+    """EKS's CoreDNS autoscaling (its node term: one replica per 16 nodes, at least 2) bounded by ``max_nodes``;
+    a count below the system nodes is refused, naming the field."""
+    assert coredns_configuration(4) == {"autoScaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 2}}
+    assert coredns_configuration(33)["autoScaling"] == {"enabled": True, "minReplicas": 2, "maxReplicas": 3}
+    assert coredns_configuration(258)["autoScaling"]["maxReplicas"] == 17  # type: ignore[index]
+    stack = cdk.Stack(cdk.App(), "S")
+    vpc, _ = network(stack)
+    TrainingCluster(stack, "Eks", vpc=vpc, subnets=vpc.private_subnets, system_nodes=2, max_nodes=258)
+    (coredns,) = [
+        a["Properties"]
+        for a in Template.from_stack(stack).find_resources("AWS::EKS::Addon").values()
+        if a["Properties"]["AddonName"] == "coredns"
+    ]
+    assert json.loads(coredns["ConfigurationValues"]) == coredns_configuration(258)
+    with pytest.raises(ConstructValidationError, match=r"max_nodes: 1 must be >= system_nodes \(2\)"):
+        TrainingCluster(stack, "Eks2", vpc=vpc, subnets=vpc.private_subnets, system_nodes=2, max_nodes=1)
 
 
 # ---- cluster-admin: eks.Cluster's own ------------------------------------------------------------------

@@ -29,8 +29,8 @@ from llm_infra.rehearsal.deploy_workloads import (
     hyperpod_hugepages,
     template_nodes,
 )
-from llm_infra.rehearsal.upstream_charts import PodTemplate, chart_model, hyperpod_chart
-from llm_infra.versions import EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN
+from llm_infra.rehearsal.upstream_charts import NoModel, PodTemplate, addon_pods, chart_model, hyperpod_chart
+from llm_infra.versions import EFA_DEVICE_PLUGIN, EKS_ADDONS, NVIDIA_DEVICE_PLUGIN
 
 # With a Ray image, so that dist holds the Ray manifests too (it changes no template).
 CONFIGS = {"eks": TrainingConfig(ray_image=RAY_TEST_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_TEST_IMAGE)}
@@ -209,6 +209,22 @@ def test_every_custom_kind_has_its_operator_installed_first(synth, tmp_path, app
 def test_without_operators_nothing_installs_pytorchjob(synth) -> None:
     app = synth(TrainingConfig(operators="none", endpoint_access="private"))
     assert ("kubeflow.org", "PyTorchJob") not in _installers(Templates(app.templates))
+
+
+def test_the_coredns_model_runs_what_eks_may_scale_to() -> None:
+    """Autoscaled CoreDNS is modelled at its maxReplicas (the most EKS keeps), so a rehearsal shows whether the
+    system nodes hold them; what the model does not read is refused, not ignored."""
+    from llm_infra.constructs.training_cluster import coredns_configuration
+
+    version = EKS_ADDONS[TrainingConfig().kubernetes_version]["coredns"]
+    (pod,) = addon_pods("coredns", version)
+    assert pod.replicas == 2
+    (scaled,) = addon_pods("coredns", version, json.dumps(coredns_configuration(258)))
+    assert scaled.replicas == 17 and scaled.spec == pod.spec
+    with pytest.raises(NoModel, match="reads autoScaling only, got replicaCount"):
+        addon_pods("coredns", version, json.dumps({"replicaCount": 3}))
+    with pytest.raises(NoModel, match="autoScaling without maxReplicas"):
+        addon_pods("coredns", version, json.dumps({"autoScaling": {"enabled": True}}))
 
 
 def test_the_model_merges_values_like_helm() -> None:

@@ -363,14 +363,25 @@ def _vpc_cni(values: dict[str, Any], merge: str) -> list[PodTemplate]:
     return [PodTemplate("aws-node", spec, daemon=True)]
 
 
-def _coredns() -> list[PodTemplate]:
-    # EKS's CoreDNS manifest (eksctl's copy of the EKS default, image v1.12.4-eksbuild.1): 2 replicas.
+def _coredns(values: dict[str, Any], merge: str) -> list[PodTemplate]:
+    # EKS's CoreDNS manifest (eksctl's copy of the EKS default, image v1.12.4-eksbuild.1): 2 replicas. With the
+    # add-on's autoScaling on (AWS, "Scale CoreDNS Pods for high DNS traffic"), EKS's control plane keeps between
+    # minReplicas and maxReplicas: modelled at maxReplicas, the most it may run, which the nodes must hold.
+    unread = sorted(set(values) - {"autoScaling"})
+    if unread:
+        raise NoModel(f"the model reads autoScaling only, got {', '.join(unread)}")
+    replicas = 2
+    scaling = values.get("autoScaling") or {}
+    if scaling.get("enabled"):
+        if "maxReplicas" not in scaling:
+            raise NoModel("autoScaling without maxReplicas: EKS's default bound is not published")
+        replicas = int(scaling["maxReplicas"])
     tolerations = [
         {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
         CRITICAL_ADDONS_ONLY,
     ]
     spec = _pod(affinity=_required(*LINUX_NODES), tolerations=tolerations, requests={"cpu": "100m", "memory": "70Mi"})
-    return [PodTemplate("coredns", spec, replicas=2)]
+    return [PodTemplate("coredns", spec, replicas=replicas)]
 
 
 def _kube_proxy() -> list[PodTemplate]:
@@ -530,7 +541,7 @@ def _unconfigurable(render: Callable[[], list[PodTemplate]]) -> AddonRender:
 # and the way they combine with its defaults)
 EKS_ADDONS: dict[str, tuple[str, AddonRender]] = {
     "vpc-cni": ("v1.20", _vpc_cni),
-    "coredns": ("v1.12", _unconfigurable(_coredns)),
+    "coredns": ("v1.12", _coredns),
     "kube-proxy": ("v1.", _unconfigurable(_kube_proxy)),
     "eks-pod-identity-agent": ("v1.3", _unconfigurable(_pod_identity_agent)),
     "aws-fsx-csi-driver": ("v1.7", _unconfigurable(_fsx_csi_driver)),
