@@ -30,44 +30,9 @@ import yaml
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.values import queue_values
 from llm_infra.queueing import QUEUE_LABEL
+from llm_infra.rehearsal.whole_node_jobs import batch_job, pytorch_job
 
 REPO = Path(__file__).resolve().parent.parent
-GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
-
-
-def pod_spec() -> dict[str, object]:
-    """A whole p5.48xlarge: 8 GPUs and 32 EFA devices, on the GPU nodes' taint."""
-    limits = {GPU: 8, EFA: 32}
-    return {
-        "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [{"name": "pytorch", "image": "example.invalid/train:1", "resources": {"limits": limits}}],
-    }
-
-
-def pytorch_job(name: str, namespace: str, nodes: int, labels: dict[str, str]) -> dict[str, object]:
-    """A user's PyTorchJob of ``nodes`` pods (one master, the rest workers) with ``labels`` (none: Kueue's
-    default queue)."""
-    replica = {"restartPolicy": "OnFailure", "template": {"spec": {**pod_spec(), "restartPolicy": "OnFailure"}}}
-    specs = {"Master": {**replica, "replicas": 1}}
-    if nodes > 1:
-        specs["Worker"] = {**replica, "replicas": nodes - 1}
-    return {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"pytorchReplicaSpecs": specs},
-    }
-
-
-def batch_job(name: str, namespace: str, nodes: int, labels: dict[str, str]) -> dict[str, object]:
-    """A Job of ``nodes`` pods of a whole GPU node each, with ``labels``."""
-    template = {"spec": {**pod_spec(), "restartPolicy": "Never"}}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"parallelism": nodes, "completions": nodes, "template": template},
-    }
 
 
 def synth(context: list[str], out: Path) -> float:

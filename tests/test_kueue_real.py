@@ -32,6 +32,7 @@ from llm_infra.k8s_manifests.render import write_dist
 from llm_infra.ops.kube import Kube
 from llm_infra.queueing import KUEUE_API_VERSION, QUEUE_LABEL
 from llm_infra.rehearsal.control_plane import ControlPlane, kueue_unavailable
+from llm_infra.rehearsal.whole_node_jobs import batch_job, pytorch_job
 
 API = KUEUE_API_VERSION
 GPU = "nvidia.com/gpu"
@@ -246,18 +247,6 @@ def test_the_mutating_webhook_suspends_a_job_created_unsuspended(queued: Queued)
 
 
 SCALE_NODES = 16  # the largest size the suite's budget allows here; bench/rehearse_scale.py runs 256
-EFA = "vpc.amazonaws.com/efa"
-WHOLE_NODE = {"limits": {GPU: 8, EFA: 32}}  # a p5.48xlarge: 8 GPUs, 32 EFA devices
-
-
-def whole_node_pods(restart: str) -> dict[str, Any]:
-    return {
-        "spec": {
-            "restartPolicy": restart,
-            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{"name": "pytorch", "image": "example.invalid/train:1", "resources": WHOLE_NODE}],
-        }
-    }
 
 
 def test_at_scale_the_app_and_a_whole_cluster_job_run_and_one_node_more_is_admitted_as_nothing(
@@ -275,23 +264,8 @@ def test_at_scale_the_app_and_a_whole_cluster_job_run_and_one_node_more_is_admit
     app = synth(config)
     dist = tmp_path / "dist"
     write_dist(config, dist)
-    replica = {"restartPolicy": "OnFailure", "template": whole_node_pods("OnFailure")}
-    fits = {
-        "apiVersion": "kubeflow.org/v1",
-        "kind": "PyTorchJob",
-        "metadata": {"name": "whole-cluster", "namespace": APP_NAMESPACE},
-        "spec": {
-            "pytorchReplicaSpecs": {"Master": {**replica, "replicas": 1}, "Worker": {**replica, "replicas": n - 1}}
-        },
-    }
-    one_more = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "one-node-more", "namespace": APP_NAMESPACE},
-        "spec": {"parallelism": n + 1, "completions": n + 1, "template": whole_node_pods("Never")},
-    }
-    (tmp_path / "fits.yaml").write_text(yaml.safe_dump(fits))
-    (tmp_path / "one-more.yaml").write_text(yaml.safe_dump(one_more))
+    (tmp_path / "fits.yaml").write_text(yaml.safe_dump(pytorch_job("whole-cluster", APP_NAMESPACE, n)))
+    (tmp_path / "one-more.yaml").write_text(yaml.safe_dump(batch_job("one-node-more", APP_NAMESPACE, n + 1)))
     flags = ["--app-dir", str(REPO_ROOT), "--cdk-out", str(app.outdir), "--manifests", str(dist)]
     flags += ["-c", f"gpu_nodes={n}", "--nodes-per-group", "0", "--output", "json"]
     flags += ["--apply", str(tmp_path / "fits.yaml"), "--apply", str(tmp_path / "one-more.yaml")]

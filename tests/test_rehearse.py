@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from conftest import REPO_ROOT, Synthesized, hyperpod_config, run_cli
 from llm_infra.config import TrainingConfig
 from llm_infra.k8s_manifests.render import write_dist
+from llm_infra.queueing import QUEUE_LABEL
 from llm_infra.rehearsal import control_plane
 from llm_infra.rehearsal.rehearse import node_object, plan
+from llm_infra.rehearsal.whole_node_jobs import batch_job
 
 NINE_GPUS = """
 apiVersion: v1
@@ -27,26 +31,6 @@ spec:
   - name: main
     image: example.invalid/train:1
     resources: {limits: {nvidia.com/gpu: 9}}
-"""
-# A Job of whole p5 nodes in the HyperPod team's queue (whose quota is the app's two), with or without hugepages.
-WHOLE_NODES_JOB = """
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {name}
-  namespace: {namespace}
-  labels: {{kueue.x-k8s.io/queue-name: {namespace}-localqueue}}
-spec:
-  parallelism: {nodes}
-  completions: {nodes}
-  template:
-    spec:
-      restartPolicy: Never
-      tolerations: [{{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}]
-      containers:
-      - name: main
-        image: example.invalid/train:1
-        resources: {{limits: {{nvidia.com/gpu: 8, vpc.amazonaws.com/efa: {efa}{hugepages}}}}}
 """
 # The derived HyperPodPyTorchJob CRD closes its objects: the API server's strict field validation refuses this.
 UNKNOWN_FIELD_JOB = """
@@ -119,15 +103,11 @@ def test_the_hyperpod_app_rehearses_its_jobs_through_task_governances_queue_and_
     rehearsal_binaries, synth, capsys, tmp_path: Path
 ) -> None:
     config = hyperpod_config()
-    namespace = config.jobs_namespace
-    (tmp_path / "three.yaml").write_text(
-        WHOLE_NODES_JOB.format(name="three-nodes", namespace=namespace, nodes=3, efa=32, hugepages="")
-    )
-    (tmp_path / "hugepages.yaml").write_text(
-        WHOLE_NODES_JOB.format(
-            name="hugepages", namespace=namespace, nodes=1, efa=32, hugepages=", hugepages-2Mi: 10Gi, memory: 640Gi"
-        )
-    )
+    namespace, queue = config.jobs_namespace, {QUEUE_LABEL: f"{config.jobs_namespace}-localqueue"}
+    three = batch_job("three-nodes", namespace, 3, queue)  # the team's quota is the app's two nodes
+    hugepages = batch_job("hugepages", namespace, 1, queue, {"hugepages-2Mi": "10Gi", "memory": "640Gi"})
+    (tmp_path / "three.yaml").write_text(yaml.safe_dump(three))
+    (tmp_path / "hugepages.yaml").write_text(yaml.safe_dump(hugepages))
     flags = [*app_flags(synth(config), config), "-c", "compute=hyperpod"]
     flags += ["--apply", str(tmp_path / "three.yaml"), "--apply", str(tmp_path / "hugepages.yaml")]
     code, out, err = run_cli(capsys, "rehearse", *flags, "--output", "json")
