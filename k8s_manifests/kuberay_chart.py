@@ -12,13 +12,14 @@ from llm_infra.k8s_manifests.objects import api_object
 from llm_infra.k8s_manifests.payload import WORKLOADS_MOUNT
 from llm_infra.k8s_manifests.pod_spec import (
     container_security_context,
+    gpu_node_affinity,
     gpu_pod_spec,
     pod_security_context,
     volume_mounts,
     volumes,
 )
 from llm_infra.k8s_manifests.values import WorkloadValues
-from llm_infra.node_labels import NODE_ROLE_LABEL
+from llm_infra.node_labels import GPU_TOLERATION, NODE_ROLE_LABEL
 
 RAY_CLUSTER = "ray"
 RAY_JOB = "ray-train"
@@ -90,9 +91,10 @@ class KubeRayChart(cdk8s.Chart):
       workers through a head restart. It names no Kueue queue and Kueue leaves it alone (the ray.io/raycluster
       integration is off: docs/cluster-software.md, "Gang admission").
     - ``RayJob ray-train``: ``ray_train.py`` (train.py's loop under Ray Train) on a cluster of its
-      own of ``gpu_nodes`` GPU workers, no autoscaler, in the Kueue queue (admitted whole), with the same head
-      and workers and no GCS fault tolerance (a RayJob's driver dies with its
-      head whatever GCS keeps, and KubeRay does not restart the head of a RayJob's cluster). A failed
+      own of ``gpu_nodes`` GPU workers, no autoscaler, in the Kueue queue (admitted whole), with the same
+      head (under task governance on a GPU node, the submitter a container in it) and workers and no GCS
+      fault tolerance (a RayJob's driver dies with its head whatever GCS keeps, and KubeRay does not restart
+      the head of a RayJob's cluster). A failed
       worker is retried in place by Ray Train (``max_failures``); a lost head or driver fails the
       job and KubeRay retries it ``backoff_limit`` times on a new cluster; every attempt resumes
       from the checkpoint dir on FSx. The cluster is deleted ``ttl_seconds_after_finished`` after
@@ -162,7 +164,12 @@ class KubeRayChart(cdk8s.Chart):
         ]
         if values.gpu_nodes > 1 and values.efa_devices:  # one node talks over NVLink: no network channel
             entrypoint.append("--expect-efa-transport")
-        job_cluster = self._cluster_spec(fault_tolerant=False, workers=values.gpu_nodes)
+        # Under task governance the queue's flavours are the team's GPU instances only: the job's head goes there
+        # too, and the submitter runs beside it in the head pod (SidecarMode: no submitter Job, which Kueue would
+        # send to a GPU node it does not tolerate; kueue v0.17.0 pkg/controller/jobs/rayjob queues the submitter
+        # of K8sJobMode only).
+        gpu_only = values.queues is not None and values.queues.gpu_nodes_only
+        job_cluster = self._cluster_spec(fault_tolerant=False, workers=values.gpu_nodes, head_on_gpu_nodes=gpu_only)
         # The job's pods carry its queue labels too: task governance's admission policy checks each Pod in a team
         # namespace for one (docs/hyperpod.md, "What runs in the team namespace"); KubeRay copies the templates'.
         if queued := values.queue_labels("training"):
@@ -183,12 +190,16 @@ class KubeRayChart(cdk8s.Chart):
                     "shutdownAfterJobFinishes": True,
                     "ttlSecondsAfterFinished": ttl_seconds_after_finished,
                     "rayClusterSpec": job_cluster,
+                    **({"submissionMode": "SidecarMode"} if gpu_only else {}),
                 }
             },
         )
 
-    def _cluster_spec(self, *, fault_tolerant: bool, workers: int | None = None) -> dict[str, Any]:
-        """The RayCluster's spec; ``workers``: that many GPU workers from the start and no autoscaler (a
+    def _cluster_spec(
+        self, *, fault_tolerant: bool, workers: int | None = None, head_on_gpu_nodes: bool = False
+    ) -> dict[str, Any]:
+        """The RayCluster's spec (its head on a GPU node with ``head_on_gpu_nodes``, else a system node);
+        ``workers``: that many GPU workers from the start and no autoscaler (a
         RayJob's cluster: a gang Kueue admits whole, and Kueue 0.17 refuses a queued RayJob whose cluster
         autoscales: kueue v0.17.0 pkg/controller/jobs/raycluster/raycluster_webhook.go validateCreate), else
         none until work asks for GPUs, up to ``gpu_nodes_max``."""
@@ -199,7 +210,7 @@ class KubeRayChart(cdk8s.Chart):
             # after the cluster and hands it to the pods and the submitter (needs Ray >= 2.52: KubeRay v1.7.0
             # ray-operator/controllers/ray/utils/validation.go).
             "authOptions": {"mode": "token"},
-            "headGroupSpec": self._head_group(),
+            "headGroupSpec": self._head_group(on_gpu_nodes=head_on_gpu_nodes),
             "workerGroupSpecs": [
                 {
                     "groupName": "gpu",
@@ -245,18 +256,24 @@ class KubeRayChart(cdk8s.Chart):
             }
         return spec
 
-    def _head_group(self) -> dict[str, Any]:
-        """On a system node, no GPU and no CPU for tasks (the workers' place): GCS, the dashboard, the
+    def _head_group(self, *, on_gpu_nodes: bool = False) -> dict[str, Any]:
+        """On a system node (``on_gpu_nodes``: a GPU node, beside a worker, tolerating the GPU taint), no GPU
+        and no CPU for tasks (the workers' place): GCS, the dashboard, the
         driver and Ray Train's controller. No service account: KubeRay gives it one with the autoscaler's
         rights only, and its token stays mounted for the autoscaler sidecar (tests/checkov_accepted.py).
         Like the workers, no capability and the runtime's seccomp filter (pod_spec.container_security_context);
         KubeRay copies the Ray container's security context to the init containers it adds."""
         values = self.values
+        placement: dict[str, Any] = (
+            {"affinity": gpu_node_affinity(), "tolerations": [GPU_TOLERATION]}
+            if on_gpu_nodes
+            else {"nodeSelector": {NODE_ROLE_LABEL: "system"}}
+        )
         return {
             "rayStartParams": {"num-cpus": "0", "num-gpus": "0", "dashboard-host": "0.0.0.0"},
             "template": {
                 "spec": {
-                    "nodeSelector": {NODE_ROLE_LABEL: "system"},
+                    **placement,
                     "securityContext": pod_security_context(),
                     "volumes": volumes(values),
                     "containers": [

@@ -208,6 +208,10 @@ class QueueValues:
     flavors: tuple[FlavorQuota, ...] = field(default=())
     # The resources the queue's ClusterQueue covers: a pod of ours requests no other.
     covered_resources: tuple[str, ...] = QUEUE_RESOURCES
+    # Whether the queue's flavours are the GPU nodes' alone: task governance's are the compute allocation's
+    # instance types (the team's GPU instance group), and Kueue adds a flavour's node labels to every pod it
+    # admits, so a queued pod meant for the system nodes would match no node. Ours has a system flavour.
+    gpu_nodes_only: bool = False
 
     def labels(self, kind: str) -> dict[str, str]:
         """The labels a job of ``kind`` (``training`` or ``validation``) and its pods carry."""
@@ -233,4 +237,5 @@ def hyperpod_queue_values(team: str) -> QueueValues:
         local_queue=f"{hyperpod_team_namespace(team)}{HYPERPOD_LOCAL_QUEUE_SUFFIX}",
         priority_classes={kind: f"{kind}{HYPERPOD_PRIORITY_SUFFIX}" for kind in PRIORITY_CLASSES},
         covered_resources=TASK_GOVERNANCE_RESOURCES,
+        gpu_nodes_only=True,
     )

@@ -477,6 +477,29 @@ def test_hyperpod_pods_request_only_what_task_governances_queue_covers(hyperpod_
     assert not [c for c in eks_gpu if any(e["name"] == "FI_EFA_USE_HUGE_PAGE" for e in c.get("env", []))]
 
 
+def test_under_task_governance_every_queued_pod_goes_to_the_teams_gpu_nodes(hyperpod_charts, eks_charts) -> None:
+    """Task governance's flavours are the team's GPU instance types, whose node label Kueue adds to every pod it
+    admits: a queued pod that selected the system nodes would match no node (the HyperPod rehearsal showed the
+    Ray job's head Pending so). So there every queued pod tolerates the GPU taint and selects the GPU nodes, and
+    the Ray job's submitter is a container in its head (SidecarMode) rather than a Job of its own; on EKS the
+    head stays on the system nodes, which our ClusterQueue's system flavour covers."""
+    for obj in of_kind(hyperpod_charts, *JOB_KINDS):
+        for template in all_pod_templates(obj):
+            spec = template["spec"]
+            assert "nodeSelector" not in spec, obj["metadata"]["name"]
+            assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+            (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"
+            ]
+            assert {"key": "llm-infra.aws/node-role", "operator": "In", "values": ["gpu"]} in term["matchExpressions"]
+    (ray_job,) = of_kind(hyperpod_charts, "RayJob")
+    assert ray_job["spec"]["submissionMode"] == "SidecarMode"
+    (eks_ray_job,) = of_kind(eks_charts, "RayJob")
+    assert "submissionMode" not in eks_ray_job["spec"]  # KubeRay's default, K8sJobMode
+    head = eks_ray_job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert head["nodeSelector"] == {"llm-infra.aws/node-role": "system"}
+
+
 def test_the_task_governance_stand_in_makes_the_queues_aws_makes_for_the_compute_allocation(synth) -> None:
     """What the real Kueue runs with in a HyperPod rehearsal (llm_infra/rehearsal/task_governance.py): AWS's names,
     one flavour per instance type, whole instances' figures as the quota; each object passes Kueue's CRDs."""
