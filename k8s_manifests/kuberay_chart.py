@@ -81,7 +81,8 @@ def gpu_worker_cpus(values: WorkloadValues) -> int:
 
 
 class KubeRayChart(cdk8s.Chart):
-    """Ray on the GPU nodes, applied on demand (``kubectl apply``), never at deploy.
+    """Ray on the GPU nodes, applied on demand (``kubectl apply``), never at deploy. Under HyperPod task
+    governance, the RayJob alone (the RayCluster could not run there: below).
 
     - ``RayCluster ray``: a long-lived cluster to submit to. Its head runs on the system nodes and
       holds no GPU; its GPU worker group starts at zero and KubeRay's autoscaler (v2) adds whole GPU
@@ -138,16 +139,22 @@ class KubeRayChart(cdk8s.Chart):
             if value < 0:
                 raise ValueError(f"{key}: {value} must be >= 0")
         self.values, self.image, self.idle_timeout_seconds = values, values.ray_image, idle_timeout_seconds
-        self._redis()
-        api_object(
-            self,
-            "Cluster",
-            api_version="ray.io/v1",
-            kind="RayCluster",
-            name=RAY_CLUSTER,
-            namespace=values.namespace,
-            body={"spec": self._cluster_spec(fault_tolerant=True)},
-        )
+        # Under task governance the team's queue has its GPU instances as its only flavours (gpu_nodes_only), AWS's
+        # admission policy refuses an unqueued pod in the team's namespace, and Kueue 0.17 refuses to queue a
+        # RayCluster that autoscales: there the always-on RayCluster and its Redis could never run, so the RayJob
+        # alone is rendered (docs/hyperpod.md, "What runs in the team namespace").
+        gpu_only = values.queues is not None and values.queues.gpu_nodes_only
+        if not gpu_only:
+            self._redis()
+            api_object(
+                self,
+                "Cluster",
+                api_version="ray.io/v1",
+                kind="RayCluster",
+                name=RAY_CLUSTER,
+                namespace=values.namespace,
+                body={"spec": self._cluster_spec(fault_tolerant=True)},
+            )
         checkpoint_dir = f"{values.fsx_mount_path}/checkpoints/{RAY_JOB}"
         entrypoint = [
             f"python3 {WORKLOADS_MOUNT}/ray_train.py",
@@ -164,11 +171,9 @@ class KubeRayChart(cdk8s.Chart):
         ]
         if values.gpu_nodes > 1 and values.efa_devices:  # one node talks over NVLink: no network channel
             entrypoint.append("--expect-efa-transport")
-        # Under task governance the queue's flavours are the team's GPU instances only: the job's head goes there
-        # too, and the submitter runs beside it in the head pod (SidecarMode: no submitter Job, which Kueue would
-        # send to a GPU node it does not tolerate; kueue v0.17.0 pkg/controller/jobs/rayjob queues the submitter
-        # of K8sJobMode only).
-        gpu_only = values.queues is not None and values.queues.gpu_nodes_only
+        # Under task governance the job's head goes to the GPU nodes too, and the submitter runs beside it in the
+        # head pod (SidecarMode: no submitter Job, which Kueue would send to a GPU node it does not tolerate;
+        # kueue v0.17.0 pkg/controller/jobs/rayjob queues the submitter of K8sJobMode only).
         job_cluster = self._cluster_spec(fault_tolerant=False, workers=values.gpu_nodes, head_on_gpu_nodes=gpu_only)
         # The job's pods carry its queue labels too: task governance's admission policy checks each Pod in a team
         # namespace for one (docs/hyperpod.md, "What runs in the team namespace"); KubeRay copies the templates'.

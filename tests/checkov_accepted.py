@@ -46,6 +46,16 @@ DATA_PREP = f"Job.{JOBS}.*-data-prep"  # the recipe's tokenization Job
 XID_MONITOR = "DaemonSet.*.gpu-xid-monitor"
 REDIS = f"Deployment.{JOBS}.ray-gcs-redis"  # Ray GCS fault tolerance's store
 NOT_PRIVILEGED = (TRAINING_WORKERS, RAY_HEAD, RAY_WORKERS, DATA_PREP, REDIS)
+# The patterns of objects some modes do not render, and the modes that do: the always-on RayCluster's Redis is not
+# rendered under HyperPod's task governance (k8s_manifests/kuberay_chart.py).
+RENDERED_IN = {REDIS: ("eks",)}
+
+
+def rendered(pattern: str, mode: str) -> bool:
+    """Whether ``mode``'s manifests hold what ``pattern`` names."""
+    return mode in RENDERED_IN.get(pattern, MODES)
+
+
 RUN_AS_THEIR_IMAGE = "The containers run as their images' user, root in AWS's Deep Learning Containers and the Ray "
 HYPERPOD = ("hyperpod",)
 

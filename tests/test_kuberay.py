@@ -36,7 +36,13 @@ from manifest_validation import validate_object
 RAY_IMAGE = (
     "123456789012.dkr.ecr.us-east-1.amazonaws.com/llm-infra-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2-ray2.60.0"
 )
-CONFIGS = {"eks": TrainingConfig(ray_image=RAY_IMAGE), "hyperpod": hyperpod_config(ray_image=RAY_IMAGE)}
+# The modes that render the RayCluster: EKS, and HyperPod without task governance (queueing=none). Under task
+# governance, HyperPod's default, the RayJob alone (TASK_GOVERNANCE; docs/hyperpod.md).
+CONFIGS = {
+    "eks": TrainingConfig(ray_image=RAY_IMAGE),
+    "hyperpod": hyperpod_config(ray_image=RAY_IMAGE, queueing="none"),
+}
+TASK_GOVERNANCE = hyperpod_config(ray_image=RAY_IMAGE)
 KUBERNETES_VERSION = TrainingConfig().kubernetes_version
 # The AWS DLC pytorch-training images ship torch and numpy (aws/deep-learning-containers release notes,
 # "Important Packages"); Ray and the rest come from workloads/Dockerfile's pip installs.
@@ -106,12 +112,16 @@ def cluster_problems(spec: dict[str, Any]) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("mode", list(CONFIGS))
+@pytest.mark.parametrize("mode", [*CONFIGS, "task-governance"])
 def test_every_object_passes_the_crd_schema_and_kuberays_rules(mode: str) -> None:
-    objects = chart_objects(CONFIGS[mode])
+    objects = chart_objects(CONFIGS.get(mode, TASK_GOVERNANCE))
     checked = {o["kind"]: validate_object(o, KUBERNETES_VERSION) for o in objects}
-    assert checked["RayCluster"] == "crd:ray.io_rayclusters.yaml" and checked["RayJob"] == "crd:ray.io_rayjobs.yaml"
-    assert set(checked) == {"Deployment", "Service", "NetworkPolicy", "RayCluster", "RayJob"}
+    assert checked["RayJob"] == "crd:ray.io_rayjobs.yaml"
+    if mode == "task-governance":  # no RayCluster, Redis, its Service or NetworkPolicy: they could not run there
+        assert set(checked) == {"RayJob"}
+    else:
+        assert checked["RayCluster"] == "crd:ray.io_rayclusters.yaml"
+        assert set(checked) == {"Deployment", "Service", "NetworkPolicy", "RayCluster", "RayJob"}
     assert [p for o in objects for p in kuberay_problems(o)] == []
 
 

@@ -107,7 +107,10 @@ def test_every_manifest_passes_its_schema(request, mode: str) -> None:
                 continue
             checked[f"{name}/{doc['kind']}/{doc['metadata']['name']}"] = validate_object(doc, KUBERNETES_VERSION)
     kinds = {key.split("/")[1] for key in checked}
-    assert {"RayCluster", "RayJob", "Job", "PersistentVolume", "ConfigMap", "NetworkPolicy"} <= kinds
+    assert {"RayJob", "Job", "PersistentVolume", "ConfigMap"} <= kinds
+    # The always-on RayCluster and Redis (with its NetworkPolicy) on EKS; not under HyperPod's task governance,
+    # where they could not run.
+    assert ("RayCluster" in kinds) is ("NetworkPolicy" in kinds) is (mode == "eks")
     if mode == "eks":
         assert checked["training-job/PyTorchJob/train"] == "crd:kubeflow.org_pytorchjobs.yaml"
     else:  # the HyperPod training operator's job, on by default with compute=hyperpod
@@ -359,7 +362,12 @@ def test_xid_monitor_runs_on_every_gpu_node_even_unhealthy_ones(eks) -> None:
 # ---- pod security (issue 28; docs/workloads.md "Pod security") ----------------------------------------
 PRIVILEGED_PODS = {"Job/validation-1-health", "DaemonSet/gpu-xid-monitor"}  # kernel log, DCGM: by design
 # The heads of the RayCluster and of the RayJob's cluster: KubeRay's autoscaler in them calls the API.
-RAY_HEADS = {"RayCluster/ray/head", "RayCluster/ray-train-cluster/head"}
+# The Ray heads: the RayCluster's and the Ray job's cluster's; under task governance (HyperPod's default) the Ray
+# job's alone (no always-on RayCluster there).
+RAY_HEADS_BY_MODE = {
+    "eks": {"RayCluster/ray/head", "RayCluster/ray-train-cluster/head"},
+    "hyperpod": {"RayCluster/ray-train-cluster/head"},
+}
 
 
 def pods(charts: dict[str, list[dict]]) -> dict[str, dict]:
@@ -375,7 +383,8 @@ def containers(spec: dict) -> list[dict]:
 def test_every_pod_not_privileged_by_design_drops_every_capability(request, mode: str) -> None:
     templates = pods(request.getfixturevalue(mode))
     job = "PyTorchJob/train/Worker" if mode == "eks" else "HyperPodPyTorchJob/train/pods"
-    assert {job, "Job/llama2-7b-data-prep", "Deployment/ray-gcs-redis", *RAY_HEADS} <= set(templates)
+    assert {job, "Job/llama2-7b-data-prep", *RAY_HEADS_BY_MODE[mode]} <= set(templates)
+    assert ("Deployment/ray-gcs-redis" in templates) is (mode == "eks")
     assert set(templates) >= PRIVILEGED_PODS
     added = {}
     for name, spec in templates.items():
@@ -391,14 +400,15 @@ def test_every_pod_not_privileged_by_design_drops_every_capability(request, mode
             assert context["capabilities"]["drop"] == ["ALL"], name
             if "add" in context["capabilities"]:
                 added[f"{name}/{container['name']}"] = context["capabilities"]["add"]
-    # The one capability added back: CHOWN, for the init container that hands Redis its FSx directory.
-    assert added == {"Deployment/ray-gcs-redis/data-owner": ["CHOWN"]}
-    # KubeRay's autoscaler sidecar in the RayCluster's head gets the same (autoscalerOptions.securityContext);
-    # the RayJob's cluster has no autoscaler (a fixed gang under Kueue).
+    # The one capability added back: CHOWN, for the init container that hands Redis its FSx directory (EKS).
+    assert added == ({"Deployment/ray-gcs-redis/data-owner": ["CHOWN"]} if mode == "eks" else {})
+    # The RayJob's cluster has no autoscaler (a fixed gang under Kueue); KubeRay's autoscaler sidecar in the
+    # RayCluster's head gets the same as the rest (autoscalerOptions.securityContext).
     charts = request.getfixturevalue(mode)
-    cluster = by_kind(charts, "RayCluster")["spec"]
-    assert cluster["autoscalerOptions"]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert "autoscalerOptions" not in by_kind(charts, "RayJob")["spec"]["rayClusterSpec"]
+    if mode == "eks":
+        cluster = by_kind(charts, "RayCluster")["spec"]
+        assert cluster["autoscalerOptions"]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
 @pytest.mark.parametrize("mode", ["eks", "hyperpod"])
@@ -409,7 +419,7 @@ def test_only_the_ray_heads_mount_a_kubernetes_api_token(request, mode: str) -> 
         for name, spec in pods(request.getfixturevalue(mode)).items()
         if spec.get("automountServiceAccountToken") is not False
     }
-    assert mounting == RAY_HEADS
+    assert mounting == RAY_HEADS_BY_MODE[mode]
 
 
 def test_redis_runs_as_its_user_within_a_memory_limit(eks) -> None:
@@ -438,8 +448,9 @@ def test_redis_runs_as_its_user_within_a_memory_limit(eks) -> None:
 
 
 def ray_images(charts: dict[str, list[dict]]) -> set[str]:
-    """The images of every Ray pod: the RayCluster's and the RayJob's cluster's head and workers."""
-    specs = [by_kind(charts, "RayCluster")["spec"], by_kind(charts, "RayJob")["spec"]["rayClusterSpec"]]
+    """The images of every Ray pod: the RayCluster's (where rendered) and the RayJob's cluster's head and workers."""
+    clusters = [d["spec"] for docs in charts.values() for d in docs if d["kind"] == "RayCluster"]
+    specs = [*clusters, by_kind(charts, "RayJob")["spec"]["rayClusterSpec"]]
     templates = [s["headGroupSpec"]["template"] for s in specs] + [
         g["template"] for s in specs for g in s["workerGroupSpecs"]
     ]
