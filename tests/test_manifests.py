@@ -518,6 +518,11 @@ def test_make_synth_tells_how_to_get_the_ray_manifests(tmp_path: Path) -> None:
     write_dist(TrainingConfig(ray_image=RAY_TEST_IMAGE), tmp_path / "with", outputs_file=tmp_path / "missing.json")
     (listing,) = manifests_summary(tmp_path / "with")
     assert listing.startswith("kubernetes manifests: ") and "kuberay.k8s.yaml" in listing
+    # Under HyperPod task governance the RayJob alone, and the summary says why and how to get the RayCluster.
+    hyperpod = hyperpod_config(ray_image=RAY_TEST_IMAGE)
+    write_dist(hyperpod, tmp_path / "governed", outputs_file=tmp_path / "missing.json")
+    (_, note) = manifests_summary(tmp_path / "governed")
+    assert note.startswith("kuberay.k8s.yaml: the RayJob ray-train alone") and "queueing=none" in note
 
 
 # ---- bad input --------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import yaml
+
 
 def summarize(outdir: Path) -> str:
     manifest = json.loads((outdir / "manifest.json").read_text())
@@ -33,12 +35,18 @@ def manifests_summary(dist: Path) -> list[str]:
     """The manifests in ``dist``, and how to get the Ray ones when they are missing (they need an image
     with Ray: k8s_manifests/render.py renders them only once one is known)."""
     names = sorted(p.name for p in dist.glob("*.k8s.yaml"))
+    ray = dist / "kuberay.k8s.yaml"
     lines = [f"kubernetes manifests: {' '.join(names)}"]
     if "kuberay.k8s.yaml" not in names:
         lines.append(
             "kuberay.k8s.yaml: not rendered, no Ray image known: build and push workloads/Dockerfile, then "
             "make synth RAY_IMAGE=<account>.dkr.ecr.<region>.amazonaws.com/llm-infra-training:<dlc_image_tag>"
             "-ray<ray_version>; or deploy with -c image_asset=true --outputs-file cdk-outputs.json, then make synth"
+        )
+    elif not any(doc and doc.get("kind") == "RayCluster" for doc in yaml.safe_load_all(ray.read_text())):
+        lines.append(
+            "kuberay.k8s.yaml: the RayJob ray-train alone: under HyperPod task governance the always-on RayCluster "
+            "could not run in the team's namespace (docs/hyperpod.md); -c queueing=none renders it"
         )
     return lines
 
