@@ -167,6 +167,12 @@ def instance_hardware(instance_type: str) -> tuple[int, int, int]:
     return vcpus, memory, 0
 
 
+def instance_efa_interfaces(instance_type: str) -> int:
+    """The EFA interfaces of an EC2 or ml. GPU instance type (its profile's); 0 for any other."""
+    profile = INSTANCE_PROFILES.get(instance_type.removeprefix("ml."))
+    return profile.efa_interfaces if profile and profile.gpus else 0
+
+
 def template_nodes(
     templates: Templates,
     *,
@@ -234,8 +240,7 @@ def template_nodes(
             instance_type = group["InstanceType"]
             vcpus, memory_gib, gpus = instance_hardware(instance_type)
             vcpus = vcpus * group.get("ThreadsPerCore", 2) // 2
-            profile = INSTANCE_PROFILES.get(instance_type.removeprefix("ml."))
-            efa = profile.efa_interfaces if profile and gpus else 0
+            efa = instance_efa_interfaces(instance_type)
             config = group.get("KubernetesConfig", {})
             hugepages_mib = _group_hugepages(hyperpod_hugepages_mib, group, gpus)
             capacity, allocatable = _resources(instance_type, vcpus, memory_gib, hugepages_mib)

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_infra.instance_types import INSTANCE_PROFILES
 from llm_infra.node_labels import INSTANCE_TYPE_LABEL
 from llm_infra.queueing import (
     EFA,
@@ -49,7 +48,7 @@ from llm_infra.queueing import (
     TASK_GOVERNANCE_RESOURCES,
     hyperpod_team_namespace,
 )
-from llm_infra.rehearsal.deploy_workloads import Templates, instance_hardware
+from llm_infra.rehearsal.deploy_workloads import Templates, instance_efa_interfaces, instance_hardware
 from llm_infra.rehearsal.upstream_charts import NoModel
 
 CLUSTER_POLICY_TYPE = "AWS::SageMaker::ClusterSchedulerConfig"
@@ -71,10 +70,13 @@ def instance_quota(instance_type: str, count: int) -> dict[str, str]:
     """The nominal quota of ``count`` whole instances of ``instance_type`` (``ml.`` prefixed), every resource
     of :data:`TASK_GOVERNANCE_RESOURCES`: the instances' own figures, not what their nodes give pods."""
     vcpus, memory_gib, gpus = instance_hardware(instance_type)
-    profile = INSTANCE_PROFILES.get(instance_type.removeprefix("ml."))
-    efa = profile.efa_interfaces if profile and gpus else 0
-    quota = {NEURON: "0", "cpu": str(count * vcpus), "memory": f"{count * memory_gib}Gi", GPU: str(count * gpus)}
-    quota[EFA] = str(count * efa)
+    quota = {
+        NEURON: "0",
+        "cpu": str(count * vcpus),
+        "memory": f"{count * memory_gib}Gi",
+        GPU: str(count * gpus),
+        EFA: str(count * instance_efa_interfaces(instance_type)),
+    }
     return {name: quota[name] for name in TASK_GOVERNANCE_RESOURCES}
 
 
